@@ -1,0 +1,3 @@
+from hargo_hpc.cli import main
+
+main()

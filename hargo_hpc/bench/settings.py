@@ -1,0 +1,51 @@
+"""Settings of the compile-and-time benchmark: the `[bench]` section of an experiment file.
+
+Owned by `hargo_hpc.bench`; `hargo_hpc.config` composes it into the experiment config.
+Pure pydantic, no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Penalties(BaseModel):
+    """Reward of each failure status. Defaults are the seed paper's levels."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_violation: float = -100.0
+    compile_error: float = -40.0
+    timeout: float = -30.0
+    runtime_error: float = -20.0
+    wrong_result: float = -10.0
+
+
+class BenchSettings(BaseModel):
+    """How generated DGEMM kernels are compiled, run, verified, timed and rewarded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compiler: str = "gcc"
+    flags: list[str] = Field(default_factory=lambda: ["-O3", "-march=native", "-fopenmp"])
+    size: int = Field(256, gt=0, description="M = N = K of the timed problem (paper: 256)")
+    check_size: int = Field(
+        97, gt=0, description="second verified size, not a multiple of any block size"
+    )
+    warmup: int = Field(1, ge=0)
+    repetitions: int = Field(5, ge=1)
+    threads: int = Field(0, ge=0, description="OpenMP threads; 0 = the CPUs allocated to the job")
+    compile_timeout_s: float = Field(30.0, gt=0)
+    run_timeout_s: float = Field(20.0, gt=0)
+    request_timeout_s: float = Field(120.0, gt=0)
+    memory_limit_mb: int = Field(2048, gt=0)
+    output_cap_bytes: int = Field(4096, gt=0)
+    shaping: Literal["raw", "scaled", "log"] = "scaled"
+    reward_scale: float = Field(1.0, gt=0)
+    roof_gflops: float | None = Field(
+        None, gt=0, description="plausibility cap; None = the roof from `hargo bench calibrate`"
+    )
+    cache_dir: str = ""
+    penalties: Penalties = Field(default_factory=Penalties)

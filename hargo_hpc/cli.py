@@ -1,0 +1,62 @@
+"""The `hargo` command line: parses arguments, calls library functions, formats output.
+
+Each area's commands are a click group in the owning package (`<package>/commands.py`),
+registered here; this module holds no logic of its own.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hargo_hpc import __version__
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version", prog_name="hargo")
+def main() -> None:
+    """hargo-hpc: RL post-training of LLMs on HPC tasks, on Slurm.
+
+    Write an experiment file (see jobs/), check it with `hargo config validate`, then run it.
+    """
+
+
+@main.group(context_settings=CONTEXT)
+def config() -> None:
+    """Inspect and check experiment files (jobs/*.toml)."""
+
+
+@config.command("show", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+def config_show(job: str, overrides: tuple[str, ...]) -> None:
+    """Print the resolved config of JOB after OVERRIDES (section.key=value ...)."""
+    click.echo(load_or_fail(job, overrides).to_toml(), nl=False)
+
+
+@config.command("validate", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+def config_validate(job: str, overrides: tuple[str, ...]) -> None:
+    """Check JOB (and OVERRIDES); print `ok` or one line naming what is wrong."""
+    cfg = load_or_fail(job, overrides)
+    click.echo(f"ok: {job} (run {cfg.run.name}, algorithm {cfg.algorithm.name})")
+
+
+def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
+    try:
+        return load_config(job, list(overrides))
+    except ConfigError as err:
+        raise UsageFailure(str(err)) from None
+
+
+def run() -> None:
+    """Entry point for `python -m hargo_hpc`."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

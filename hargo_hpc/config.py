@@ -1,0 +1,319 @@
+"""The experiment config: one TOML file in `jobs/`, `section.key=value` overrides, validation.
+
+Every field has a default or a clear "missing" error; unknown keys are errors. Errors are
+:class:`ConfigError` with a one-line message naming the file, the field, the bad value and
+what is allowed. The resolved config (after overrides) is written as TOML into the run
+directory and is enough to re-run the experiment.
+
+This module must not import torch: the login node only parses configs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.handoff.settings import HandoffSettings
+
+ALGORITHM_NAMES = (
+    "grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "gpg", "dpo", "sft", "hargo",
+)
+TASK_NAMES = ("data_race_c", "data_race_fortran", "mlperf_qa", "plp_qa", "gemm")
+RESOLVED_NAME = "config.toml"
+
+
+class ConfigError(ValueError):
+    """A bad experiment file or override; the message is one line meant for the user."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunSection(_Section):
+    name: str = Field("experiment", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    dir: str = "runs"
+    seed: int = 0
+
+
+class ModelSection(_Section):
+    path: str = Field(
+        "tiny", min_length=1,
+        description="an HF checkpoint directory, 'tiny' (built by the project) or 'smollm2'",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    trust_remote_code: bool = False
+    max_prompt_tokens: int = Field(512, gt=0)
+
+
+class TaskSpec(_Section):
+    name: Literal[TASK_NAMES]  # type: ignore[valid-type]
+    path: str = Field("", description="data file; '' = the task's shipped sample")
+    weight: float = Field(1.0, ge=0)
+    max_items: int | None = Field(None, gt=0)
+
+
+class DataSection(_Section):
+    tasks: list[TaskSpec] = Field(default_factory=lambda: [TaskSpec(name="data_race_c")])
+    eval_fraction: float = Field(0.1, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _some_task(self) -> DataSection:
+        if not self.tasks:
+            raise ValueError("at least one task is required")
+        return self
+
+
+class AlgorithmSection(_Section):
+    """`name` picks a method preset; every other field left unset keeps the preset's value."""
+
+    name: Literal[ALGORITHM_NAMES] = "grpo"  # type: ignore[valid-type]
+    estimator: str | None = None
+    agg: str | None = None
+    ratio_level: Literal["token", "sequence"] | None = None
+    clip_low: float | None = Field(None, ge=0)
+    clip_high: float | None = Field(None, ge=0)
+    dual_clip: float | None = Field(None, gt=1)
+    kl_coef: float | None = Field(None, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    dynamic_sampling: bool | None = None
+    overlong_buffer: int | None = Field(None, ge=0)
+    overlong_penalty: float | None = Field(None, ge=0)
+    dpo_beta: float = Field(0.1, gt=0)
+    hargo: dict[str, Any] = Field(default_factory=dict, description="HARGO hyperparameters")
+
+
+class RolloutSection(_Section):
+    num_generations: int = Field(4, ge=1, description="G, completions per prompt")
+    prompts_per_step: int = Field(4, ge=1)
+    max_new_tokens: int = Field(64, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class TrainingSection(_Section):
+    lr: float = Field(1e-6, gt=0)
+    steps: int = Field(10, ge=0)
+    micro_batch_size: int = Field(4, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    grad_clip: float = Field(1.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    sft_steps: int = Field(0, ge=0, description="SFT warm-start steps before RL")
+    offload_optimizer: bool = False
+    log_every: int = Field(1, ge=1)
+    save_every: int = Field(0, ge=0, description="0 = only at the end")
+
+
+class RewardsSection(_Section):
+    qa_metric: Literal["f1", "exact", "similarity"] = "f1"
+    similarity_model: str = Field("", description="'' = the packaged all-MiniLM-L6-v2")
+
+
+class SqdSection(_Section):
+    enabled: bool = False
+    techniques: list[str] = Field(
+        default_factory=lambda: ["openmp", "simd", "blocking", "unrolling"]
+    )
+
+
+class JobResources(_Section):
+    partition: str = "cpu"
+    nodes: int = Field(1, ge=1)
+    ntasks_per_node: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    cpus_per_task: int = Field(1, ge=1)
+    mem: str = Field("4G", pattern=r"^\d+[KMGT]?$")
+    time: str = Field("01:00:00", min_length=1)
+    array_parallelism: int = Field(0, ge=0, description="0 = no limit")
+    account: str = ""
+    qos: str = ""
+    constraint: str = ""
+    extra: list[str] = Field(default_factory=list, description="more '#SBATCH' options")
+
+
+class SlurmSection(_Section):
+    setup: list[str] = Field(default_factory=list, description="shell lines run before each job")
+    python: str = Field("python", min_length=1)
+    train: JobResources = Field(
+        default_factory=lambda: JobResources(partition="gpu", gpus_per_node=1, cpus_per_task=2)
+    )
+    bench: JobResources = Field(default_factory=lambda: JobResources(partition="cpu"))
+    eval: JobResources = Field(
+        default_factory=lambda: JobResources(partition="gpu", gpus_per_node=1)
+    )
+
+
+class ExperimentConfig(_Section):
+    run: RunSection = Field(default_factory=RunSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    data: DataSection = Field(default_factory=DataSection)
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    rewards: RewardsSection = Field(default_factory=RewardsSection)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+    handoff: HandoffSettings = Field(default_factory=HandoffSettings)
+    sqd: SqdSection = Field(default_factory=SqdSection)
+    slurm: SlurmSection = Field(default_factory=SlurmSection)
+
+    def run_dir(self) -> Path:
+        """The directory of this run: `<run.dir>/<run.name>`."""
+        return Path(self.run.dir) / self.run.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, with unset optional fields (None) left out, as TOML needs."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> (
+    ExperimentConfig
+):
+    """Read `path`, apply `section.key=value` overrides, validate; raise ConfigError."""
+    source = str(path)
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{source}: no such experiment file")
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source}: malformed TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{source}: cannot read: {err}") from None
+    for item in overrides:
+        _apply_override(raw, item, source)
+    return validate_config(raw, source)
+
+
+def validate_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
+    """Build an ExperimentConfig from plain data; raise ConfigError naming the first problem."""
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err, raw, source)) from None
+
+
+def parse_value(text: str) -> Any:
+    """An override value: a TOML value if it parses as one (1e-6, true, [1, 2]), else a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{source}: override {item!r} is not of the form section.key=value")
+    parts = key.split(".")
+    model: type[BaseModel] | None = ExperimentConfig
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(
+                    f"{source}: override {key}: {part!r} is not an index of a list of "
+                    f"{len(node)} item(s)"
+                )
+            index = int(part)
+            if last:
+                node[index] = parse_value(text)
+                return
+            node = node[index]
+            continue
+        if model is not None:
+            fields = model.model_fields
+            if part not in fields:
+                where = ".".join(parts[:depth]) or "top level"
+                raise ConfigError(
+                    f"{source}: override {key}: unknown key {part!r} in {where} "
+                    f"(allowed: {', '.join(fields)})"
+                )
+            model = _submodel(fields[part].annotation)
+        if last:
+            node[part] = parse_value(text)
+            return
+        child = node.get(part)
+        if child is None:
+            child = {}
+            node[part] = child
+        if not isinstance(child, (dict, list)):
+            raise ConfigError(f"{source}: override {key}: {part!r} has no sub-keys")
+        node = child
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The model class of a field (a section), or None for leaves, dicts and lists."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _one_line(err: ValidationError, raw: dict[str, Any], source: str) -> str:
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    field = ".".join(loc) or "top level"
+    more = len(err.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    if first["type"] == "extra_forbidden":
+        allowed = _allowed_keys(first["loc"][:-1])
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"{source}: unknown key {field!r}{hint}{suffix}"
+    if first["type"] == "missing":
+        return f"{source}: {field}: missing (required){suffix}"
+    value = first.get("input")
+    return f"{source}: {field}: bad value {value!r}: {first['msg']}{suffix}"
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] | None = ExperimentConfig
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        model = _submodel(annotation) or next((a for a in args if _submodel(a)), None)
+    return list(model.model_fields) if model else []
+
+
+# ---------------------------------------------------------------- saving
+
+
+def save_resolved(config: ExperimentConfig, run_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Write the resolved config as TOML into the run directory (atomically); return its path."""
+    directory = Path(run_dir) if run_dir is not None else config.run_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / RESOLVED_NAME
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{RESOLVED_NAME}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(config.to_toml())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

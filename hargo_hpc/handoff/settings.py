@@ -1,0 +1,22 @@
+"""Settings of the shared-filesystem handoff: the `[handoff]` section of an experiment file.
+
+Owned by `hargo_hpc.handoff`; `hargo_hpc.config` composes it into the experiment config.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class HandoffSettings(BaseModel):
+    """Where trainer and bench workers exchange requests and results, and how patiently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dir: str = Field("", description="handoff directory on the shared FS; '' = <run dir>/handoff")
+    lease_s: float = Field(60.0, gt=0, description="a claim not renewed for this long expires")
+    poll_interval_s: float = Field(0.5, gt=0)
+    step_timeout_s: float = Field(900.0, gt=0, description="stragglers become infra_error")
+    max_attempts: int = Field(3, ge=1, description="infra failures before a request gives up")
+    workers: int = Field(4, ge=1, description="size of the bench worker job array")
+    worker_max_idle_s: float = Field(600.0, gt=0)
