@@ -217,46 +217,68 @@ def parse_value(text: str) -> Any:
 
 
 def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
+    """Set one `a.b.c=value` in the raw data; every key on the path must exist in the schema."""
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ConfigError(f"{source}: override {item!r} is not of the form section.key=value")
     parts = key.split(".")
-    model: type[BaseModel] | None = ExperimentConfig
+    # `kind` is what the current node is in the schema: a section (a model class), a free
+    # mapping ("dict"), a list of sections ("list", with the item class), or a leaf.
+    kind: Any = ExperimentConfig
     node: Any = raw
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
-        if isinstance(node, list):
+        here = ".".join(parts[:depth]) or "top level"
+        if isinstance(kind, tuple):  # ("list", item model)
             if not part.isdigit() or int(part) >= len(node):
                 raise ConfigError(
-                    f"{source}: override {key}: {part!r} is not an index of a list of "
-                    f"{len(node)} item(s)"
+                    f"{source}: override {key}: {part!r} is not an index of {here} "
+                    f"({len(node)} item(s) in the file)"
                 )
-            index = int(part)
+            index, kind = int(part), kind[1]
             if last:
                 node[index] = parse_value(text)
                 return
             node = node[index]
             continue
-        if model is not None:
-            fields = model.model_fields
+        if kind == "leaf":
+            raise ConfigError(f"{source}: override {key}: {here} has no sub-keys")
+        if kind != "dict":
+            fields = kind.model_fields
             if part not in fields:
-                where = ".".join(parts[:depth]) or "top level"
                 raise ConfigError(
-                    f"{source}: override {key}: unknown key {part!r} in {where} "
+                    f"{source}: override {key}: unknown key {part!r} in {here} "
                     f"(allowed: {', '.join(fields)})"
                 )
-            model = _submodel(fields[part].annotation)
+            kind = _field_kind(fields[part].annotation)
+        else:
+            kind = "leaf"
         if last:
             node[part] = parse_value(text)
             return
-        child = node.get(part)
-        if child is None:
-            child = {}
-            node[part] = child
-        if not isinstance(child, (dict, list)):
+        if isinstance(kind, tuple) and not isinstance(node.get(part), list):
+            raise ConfigError(
+                f"{source}: override {key}: {here}.{part} is not set in the file; "
+                "items of a list can only be overridden where the file lists them"
+            )
+        node = node.setdefault(part, {} if not isinstance(kind, tuple) else [])
+        if not isinstance(node, (dict, list)):
             raise ConfigError(f"{source}: override {key}: {part!r} has no sub-keys")
-        node = child
+
+
+def _field_kind(annotation: Any) -> Any:
+    """A field's kind for overrides: its section class, "dict", ("list", item class) or "leaf"."""
+    model = _submodel(annotation)
+    if model is not None:
+        return model
+    origin = getattr(annotation, "__origin__", None)
+    args = getattr(annotation, "__args__", ())
+    if origin is dict:
+        return "dict"
+    if origin is list and args and _submodel(args[0]):
+        return ("list", args[0])
+    return "leaf"
 
 
 def _submodel(annotation: Any) -> type[BaseModel] | None:

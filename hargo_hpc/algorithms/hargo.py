@@ -1,0 +1,300 @@
+"""HARGO: Heterogeneity-Aware Reward-Guided Optimization (arXiv 2607.28301), as chosen here.
+
+Only the abstract of the paper is public. It gives the structure: per-response importance
+weights computed from a *confidence-modulated advantage*, which combines a *discrimination
+signal* from the group-level reward contrast with a *confidence signal* from the reference
+model's log-probabilities; the advantage is modulated *before* the weights are computed; no
+task-type labels are used. The formulas below are this project's choices (docs/algorithms.md
+gives the reasoning for each). Read top to bottom:
+
+1. base advantage      A_i = GRPO advantage (or another estimator)           [B]
+2. discrimination      D_g = (σ_g / σ̄)^p                                     per group
+3. confidence          c_i = mean_t log π_ref(y_it),  u_i = c_i − mean_{j∈g} c_j
+                       C_i = exp(−β · sign(A_i) · u_i)                        per response
+4. modulated advantage Ã_i = A_i · D_g · C_i
+5. weights             w_i ∝ clamp(Ã_i / A_i) = exp(clamp(log D_g + log C_i, −h, h)),
+                       h = ½ log W, normalised to mean 1 over the batch: w_i ∈ [1/W, W]
+
+Switching both signals off gives w ≡ 1, so the weighted loss is exactly GRPO's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hargo_hpc.algorithms._checks import (
+    as_group_index,
+    as_mask,
+    as_rewards,
+    check_batch,
+    check_finite,
+)
+from hargo_hpc.algorithms.advantages import ESTIMATORS, compute_advantages
+from hargo_hpc.algorithms.groups import Groups
+
+# ---------------------------------------------------------------- hyperparameters
+
+
+@dataclass(frozen=True)
+class HargoParams:
+    """HARGO's hyperparameters (the `[algorithm.hargo]` table of an experiment file).
+
+    discrimination        use the discrimination signal D_g (ablation switch)
+    confidence            use the confidence signal C_i (ablation switch)
+    estimator             base advantage estimator (a name in ESTIMATORS)
+    discrimination_power  p in D_g = (σ_g / σ̄)^p; 0 = GRPO's per-group scale, 1 = batch scale
+    confidence_scale      β in C_i = exp(−β sign(A_i) u_i), u_i in nats per token
+    max_weight            W: every weight lies in [1/W, W] and max w / min w ≤ W
+    contrast_momentum     m: σ̄ ← m σ̄_previous + (1 − m) σ̄_batch (0 = this batch only)
+    eps                   ε of the base estimator and of the signal divisions
+    """
+
+    discrimination: bool = True
+    confidence: bool = True
+    estimator: str = "grpo"
+    discrimination_power: float = 0.5
+    confidence_scale: float = 1.0
+    max_weight: float = 4.0
+    contrast_momentum: float = 0.0
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.estimator not in ESTIMATORS:
+            problems.append(
+                f"estimator {self.estimator!r} is not one of {', '.join(sorted(ESTIMATORS))}"
+            )
+        if not self.discrimination_power >= 0:
+            problems.append(f"discrimination_power must be >= 0, got {self.discrimination_power}")
+        if not self.confidence_scale >= 0:
+            problems.append(f"confidence_scale must be >= 0, got {self.confidence_scale}")
+        if not self.max_weight >= 1 or math.isinf(self.max_weight):
+            problems.append(f"max_weight must be finite and >= 1, got {self.max_weight}")
+        if not 0 <= self.contrast_momentum < 1:
+            problems.append(f"contrast_momentum must be in [0, 1), got {self.contrast_momentum}")
+        if not self.eps > 0:
+            problems.append(f"eps must be > 0, got {self.eps}")
+        if problems:
+            raise ValueError(f"algorithm.hargo: {problems[0]}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> HargoParams:
+        """Validated params from a plain dict; a one-line ValueError names the bad key/value."""
+        valid = {f.name: f.type for f in fields(cls)}
+        for key, value in values.items():
+            if key not in valid:
+                raise ValueError(
+                    f"algorithm.hargo: unknown key {key!r} (valid: {', '.join(valid)})"
+                )
+            default = getattr(cls, key)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                kind = type(default).__name__
+                raise ValueError(
+                    f"algorithm.hargo: {key} must be a {kind}, got {value!r}"
+                )
+        cleaned = {
+            k: float(v) if isinstance(getattr(cls, k), float) else v for k, v in values.items()
+        }
+        return cls(**cleaned)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+HARGO_DEFAULTS = HargoParams()
+
+
+# ---------------------------------------------------------------- the signals
+
+
+@dataclass(frozen=True)
+class HargoSignals:
+    """Every intermediate of HARGO, per response [B] (for logging, tests and the benchmark)."""
+
+    advantages: Tensor  # A_i, the base advantage
+    contrast: Tensor  # σ_g of the response's group
+    discrimination: Tensor  # D_g (1 when switched off)
+    confidence: Tensor  # c_i, length-normalised reference log-prob (nats / token)
+    surprise: Tensor  # −sign(A_i) · u_i
+    confidence_factor: Tensor  # C_i (1 when switched off)
+    modulated_advantages: Tensor  # Ã_i = A_i D_g C_i
+    weights: Tensor  # w_i, mean 1, in [1/W, W]
+    contrast_ref: float  # σ̄ used
+
+
+def group_contrast(rewards: Tensor, groups: Groups) -> Tensor:
+    """Reward contrast σ_g of each group [num]: the (unbiased) std of its rewards, 0 for a group
+    of size 1. The same statistic GRPO divides by, so D_g undoes part of that division."""
+    return groups.std(rewards)
+
+
+def reference_contrast(
+    contrast: Tensor, previous: float | None = None, momentum: float = 0.0
+) -> tuple[float, float]:
+    """(σ̄ to use, σ̄ of this batch): σ̄_batch = mean of σ_g over groups with σ_g > 0
+    (1.0 if there are none); with a running value, σ̄ = m · previous + (1 − m) · σ̄_batch."""
+    live = contrast[contrast > 0]
+    batch = float(live.mean()) if live.numel() else 1.0
+    if previous is None or momentum == 0.0:
+        return batch, batch
+    return momentum * previous + (1.0 - momentum) * batch, batch
+
+
+def discrimination_signal(
+    contrast: Tensor, contrast_ref: float, power: float
+) -> Tensor:
+    """D_g = (σ_g / σ̄)^p ≥ 0: how sharply the group's rewards separate its responses,
+    relative to the batch. Scale-free (rewards × k leaves it unchanged) and label-free; a
+    zero-variance group gets D = 0 (with p > 0)."""
+    return (contrast / contrast_ref) ** power
+
+
+def confidence_signal(ref_logprobs: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(c_i, has_tokens): c_i = Σ_t m_it log π_ref,it / Σ_t m_it, the reference model's mean
+    per-token log-prob of response i (length-normalised, so a 2-token `yes` and a 40-token
+    sentence are on one scale); 0 for a response with no completion token."""
+    mask_f = mask.to(ref_logprobs.dtype)
+    tokens = mask_f.sum(dim=-1)
+    total = torch.where(mask, ref_logprobs, torch.zeros_like(ref_logprobs)).sum(dim=-1)
+    return total / tokens.clamp(min=1.0), tokens > 0
+
+
+def relative_confidence(confidence: Tensor, has_tokens: Tensor, groups: Groups) -> Tensor:
+    """u_i = c_i − mean_{j∈g, j has tokens} c_j: confidence relative to the response's group
+    (removes the task- and prompt-level offset, as ProGRPO/ARM's c(q) − c(o_i|q)); 0 for a
+    response without tokens."""
+    valid = has_tokens.to(confidence.dtype)
+    count = groups.sum(valid).clamp(min=1.0)
+    mean = groups.sum(confidence * valid) / count
+    return torch.where(has_tokens, confidence - mean[groups.inverse], torch.zeros_like(confidence))
+
+
+def normalized_weights(log_factor: Tensor, max_weight: float) -> Tensor:
+    """w_i = r_i / mean_j r_j with r_i = exp(clamp(ℓ_i, −h, h)), h = ½ log W.
+
+    Since every r lies in [e^−h, e^h], every w lies in [e^−2h, e^2h] = [1/W, W], max/min ≤ W,
+    and mean w = 1 exactly: bounded without iterative clip-and-renormalise."""
+    half = 0.5 * math.log(max_weight)
+    ratio = torch.exp(log_factor.clamp(-half, half))
+    return ratio / ratio.mean()
+
+
+# ---------------------------------------------------------------- putting it together
+
+
+def hargo_signals(
+    rewards: Tensor,
+    group_index: Tensor,
+    ref_logprobs: Tensor,
+    mask: Tensor,
+    *,
+    advantages: Tensor | None = None,
+    running_contrast: float | None = None,
+    **options: Any,
+) -> HargoSignals:
+    """All of HARGO's quantities for one batch; `options` are HargoParams fields.
+
+    `advantages` (optional) are the base advantages if already computed (else the
+    `estimator`'s); `running_contrast` is σ̄ of earlier steps (`contrast_ref` of the last
+    call), used when `contrast_momentum` > 0.
+    """
+    params = HargoParams.from_dict(options)
+    rewards = as_rewards(rewards).detach()
+    batch = rewards.shape[0]
+    index = as_group_index(group_index, batch)
+    mask = as_mask(mask, ref_logprobs, "ref_logprobs")
+    check_batch(ref_logprobs[:, 0] if ref_logprobs.shape[1] else ref_logprobs.sum(-1),
+                "ref_logprobs", batch, "rewards")
+    check_finite(ref_logprobs, "ref_logprobs", mask)
+    ref_logprobs = ref_logprobs.detach()
+    if advantages is None:
+        advantages = compute_advantages(params.estimator, rewards, index, eps=params.eps) if (
+            params.estimator in ("grpo", "reinforce_pp", "reinforce_pp_baseline", "gpg")
+        ) else compute_advantages(params.estimator, rewards, index)
+    else:
+        check_batch(advantages, "advantages", batch, "rewards")
+        check_finite(advantages, "advantages")
+    advantages = advantages.detach().to(rewards.dtype)
+
+    with torch.no_grad():
+        if batch == 0:
+            empty = rewards.clone()
+            return HargoSignals(empty, empty, empty, empty, empty, empty, empty, empty, 1.0)
+        groups = Groups.of(index)
+        # 2. discrimination
+        contrast = group_contrast(rewards, groups)
+        contrast_ref, _ = reference_contrast(
+            contrast, running_contrast, params.contrast_momentum
+        )
+        contrast_ref = max(contrast_ref, params.eps)
+        disc = discrimination_signal(contrast, contrast_ref, params.discrimination_power)
+        disc = disc[groups.inverse]
+        # 3. confidence
+        conf, has_tokens = confidence_signal(ref_logprobs.to(rewards.dtype), mask)
+        surprise = -torch.sign(advantages) * relative_confidence(conf, has_tokens, groups)
+        log_conf = params.confidence_scale * surprise
+        # 4. the modulated advantage (log-space factor ℓ_i = log D_g + log C_i)
+        log_factor = torch.zeros_like(rewards)
+        if params.discrimination:
+            log_factor = log_factor + torch.log(disc)
+        if params.confidence:
+            log_factor = log_factor + log_conf
+        modulated = advantages * torch.exp(log_factor.clamp(max=50.0))
+        # 5. the weights: w_i ∝ Ã_i / A_i, bounded and normalised
+        weights = normalized_weights(log_factor, params.max_weight)
+    return HargoSignals(
+        advantages=advantages,
+        contrast=contrast[groups.inverse],
+        discrimination=disc if params.discrimination else torch.ones_like(disc),
+        confidence=conf,
+        surprise=surprise,
+        confidence_factor=torch.exp(log_conf) if params.confidence else torch.ones_like(conf),
+        modulated_advantages=modulated,
+        weights=weights,
+        contrast_ref=contrast_ref,
+    )
+
+
+def hargo_weights(
+    rewards: Tensor,
+    group_index: Tensor,
+    ref_logprobs: Tensor,
+    mask: Tensor,
+    **options: Any,
+) -> tuple[Tensor, dict[str, float]]:
+    """HARGO's per-response importance weights [B] (detached; positive, mean 1, in [1/W, W])
+    and float stats. Use them as `policy_loss(..., advantages=A, weights=w)` with the same base
+    advantages A: then w_i A_i ∝ Ã_i, the confidence-modulated advantage.
+
+    Options: the HargoParams fields, plus `advantages` and `running_contrast` (see
+    `hargo_signals`). Stats include `contrast_ref`, to pass back as `running_contrast`.
+    """
+    signals = hargo_signals(rewards, group_index, ref_logprobs, mask, **options)
+    w = signals.weights
+    if w.numel() == 0:
+        return w, {"weight_min": 1.0, "weight_max": 1.0, "weight_std": 0.0,
+                   "contrast_ref": signals.contrast_ref}
+    stats = {
+        "weight_min": float(w.min()),
+        "weight_max": float(w.max()),
+        "weight_std": float(w.std()) if w.numel() > 1 else 0.0,
+        "contrast_ref": signals.contrast_ref,
+        "zero_contrast_fraction": float((signals.contrast == 0).float().mean()),
+        "discrimination_mean": float(signals.discrimination.mean()),
+        "confidence_mean": float(signals.confidence.mean()),
+        "confidence_factor_mean": float(signals.confidence_factor.mean()),
+        "adv_abs_mean": float(signals.advantages.abs().mean()),
+        "modulated_adv_abs_mean": float(signals.modulated_advantages.abs().mean()),
+    }
+    return w, stats

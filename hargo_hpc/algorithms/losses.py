@@ -1,0 +1,254 @@
+"""Policy losses: PPO-clip (token or sequence ratio), plain policy gradient, KL to the
+reference, and loss aggregation.
+
+Per-token tensors are [B, T] with `mask` marking completion tokens; per-response tensors are
+[B]. `policy_loss` returns a scalar loss (with gradient through `logprobs` only) and a dict of
+float statistics for logging.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from hargo_hpc.algorithms._checks import (
+    as_mask,
+    as_rewards,
+    check_batch,
+    check_finite,
+    check_same_shape,
+)
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+LOSS_TYPES = ("ppo", "pg")
+RATIO_LEVELS = ("token", "sequence")
+_LOG_CLAMP = 20.0  # log-ratios are clamped to ±20 before exp, so a wild token cannot overflow
+
+
+# ---------------------------------------------------------------- KL to the reference
+
+
+def kl_penalty(
+    logprobs: Tensor, ref_logprobs: Tensor, estimator: Literal["k1", "k2", "k3"] = "k3"
+) -> Tensor:
+    """Per-token estimate of KL(π ‖ π_ref) from samples of π (Schulman, "Approximating KL
+    divergence", 2020), with δ = log π_ref − log π:
+
+    k1 = −δ            (unbiased, high variance, can be negative)
+    k2 = ½ δ²          (biased, low variance)
+    k3 = e^δ − δ − 1   (unbiased, low variance, ≥ 0; GRPO's choice)
+
+    δ is clamped to ±20 for k3 so the exponential stays finite.
+    """
+    delta = ref_logprobs - logprobs
+    if estimator == "k1":
+        return -delta
+    if estimator == "k2":
+        return 0.5 * delta * delta
+    if estimator == "k3":
+        delta = delta.clamp(-_LOG_CLAMP, _LOG_CLAMP)
+        return torch.exp(delta) - delta - 1.0
+    raise ValueError(f"unknown kl_estimator {estimator!r} (valid: {', '.join(KL_ESTIMATORS)})")
+
+
+def kl_penalized_rewards(
+    rewards: Tensor,
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    mask: Tensor,
+    *,
+    kl_coef: float,
+    kl_estimator: Literal["k1", "k2", "k3"] = "k1",
+) -> Tensor:
+    """KL folded into the reward (REINFORCE++, arXiv 2501.03262; RLOO in TRL):
+    R'_i = R_i − β Σ_t m_it · KL_it. No gradient flows through the result.
+
+    (REINFORCE++ spreads the penalty over tokens and sums it into returns; with outcome rewards,
+    γ = 1 and one advantage per response, the return at the first token is this R'.)
+    """
+    rewards = as_rewards(rewards)
+    mask = as_mask(mask, logprobs, "logprobs")
+    check_same_shape(("logprobs", logprobs), ("ref_logprobs", ref_logprobs))
+    check_batch(rewards, "rewards", logprobs.shape[0], "logprobs")
+    kl = kl_penalty(logprobs.detach(), ref_logprobs.detach(), kl_estimator)
+    return rewards - kl_coef * (kl * mask).sum(dim=-1)
+
+
+# ---------------------------------------------------------------- aggregation
+
+
+def aggregate(
+    values: Tensor,
+    mask: Tensor,
+    agg: str = "token-mean",
+    *,
+    max_length: int | None = None,
+) -> Tensor:
+    """Reduce per-token values L_it [B, T] to a scalar over the completion mask m_it.
+
+    token-mean               Σ_it m L / Σ_it m                       (DAPO, arXiv 2503.14476)
+    seq-mean-token-mean      (1/B) Σ_i [Σ_t m L / Σ_t m]             (GRPO, arXiv 2402.03300)
+    seq-mean-token-sum       (1/B) Σ_i Σ_t m L                       (REINFORCE on sequences)
+    seq-mean-token-sum-norm  (1/B) Σ_i Σ_t m L / L_max               (Dr.GRPO, arXiv 2503.20783)
+
+    L_max = `max_length` (the generation limit; default T, the padded width). This is TRL's
+    `dr_grpo` normaliser B·L_max; verl divides by T only (a factor B larger). Responses with no
+    completion token contribute 0 to sums, and their per-response mean is taken as 0; an
+    all-masked batch gives 0 (with gradient graph kept).
+    """
+    mask_f = mask.to(values.dtype)
+    masked = torch.where(mask.bool(), values, torch.zeros_like(values))
+    batch = values.shape[0]
+    if agg == "token-mean":
+        return masked.sum() / mask_f.sum().clamp(min=1.0)
+    if batch == 0:
+        return masked.sum()
+    if agg == "seq-mean-token-mean":
+        return (masked.sum(dim=-1) / mask_f.sum(dim=-1).clamp(min=1.0)).mean()
+    if agg == "seq-mean-token-sum":
+        return masked.sum(dim=-1).mean()
+    if agg == "seq-mean-token-sum-norm":
+        length = values.shape[-1] if max_length is None else max_length
+        if length <= 0:
+            raise ValueError(f"max_length must be positive, got {length}")
+        return masked.sum() / (batch * length)
+    raise ValueError(f"unknown agg {agg!r} (valid: {', '.join(AGG_MODES)})")
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> float:
+    count = int(mask.sum())
+    return float((values * mask).sum() / count) if count else 0.0
+
+
+# ---------------------------------------------------------------- the policy loss
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    ref_logprobs: Tensor | None = None,
+    weights: Tensor | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ratio_level: Literal["token", "sequence"] = "token",
+    kl_coef: float = 0.0,
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3",
+    agg: str = "token-mean",
+    loss_type: Literal["ppo", "pg"] = "ppo",
+    dual_clip: float | None = None,
+    max_length: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate + KL, aggregated; returns (scalar loss, float stats).
+
+    Ratio, token level (PPO, arXiv 1707.06347):   r_it = exp(log π_it − log π_old,it)
+    Ratio, sequence level (GSPO, arXiv 2507.18071):
+        s_i = exp( (1/|y_i|) Σ_t m_it (log π_it − log π_old,it) ), used for every token of i.
+    Clipped term, asymmetric (DAPO clip-higher, arXiv 2503.14476):
+        L_it = max( −A_i r_it, −A_i clip(r_it, 1 − ε_low, 1 + ε_high) )
+    Dual clip (Ye et al., arXiv 1912.09729), for A_i < 0 only: L_it = min(L_it, −c A_i), c > 1.
+    Plain policy gradient (`loss_type="pg"`, GPG arXiv 2504.02546; REINFORCE):
+        L_it = −A_i r_it (no clip); its gradient is −A_i ∇log π_it at r = 1.
+    KL to the reference (GRPO): L_it += β · k(log π_it, log π_ref,it) with k in k1/k2/k3.
+    Per-response weights w_i (HARGO): L_it ← w_i L_it, then `aggregate(L, m, agg)`.
+
+    `advantages` is [B] (one per response) or [B, T]; `old_logprobs=None` means on-policy
+    (log π_old = log π, detached). Stats: loss, pg_loss, clip_frac_low (A<0 and r < 1−ε_low),
+    clip_frac_high (A>0 and r > 1+ε_high), dual_clip_frac, approx_kl (k3 of π_old vs π),
+    ratio_mean, kl (to the reference, when given), adv_mean; token means over the mask.
+    """
+    mask = as_mask(mask, logprobs, "logprobs")
+    batch = logprobs.shape[0]
+    if old_logprobs is None:
+        old_logprobs = logprobs.detach()
+    check_same_shape(
+        ("logprobs", logprobs), ("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs)
+    )
+    if advantages.dim() == 1:
+        check_batch(advantages, "advantages", batch, "logprobs")
+        adv = advantages.detach()[:, None].expand_as(logprobs)
+    else:
+        check_same_shape(("logprobs", logprobs), ("advantages", advantages))
+        adv = advantages.detach()
+    check_finite(adv, "advantages", mask)
+    check_finite(logprobs, "logprobs", mask)
+    check_finite(old_logprobs, "old_logprobs", mask)
+    if ref_logprobs is not None:
+        check_finite(ref_logprobs, "ref_logprobs", mask)
+    if weights is not None:
+        check_batch(weights, "weights", batch, "logprobs")
+        check_finite(weights, "weights")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r} (valid: {', '.join(LOSS_TYPES)})")
+    if ratio_level not in RATIO_LEVELS:
+        raise ValueError(f"unknown ratio_level {ratio_level!r} (valid: token, sequence)")
+    if agg not in AGG_MODES:
+        raise ValueError(f"unknown agg {agg!r} (valid: {', '.join(AGG_MODES)})")
+    if kl_coef and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+
+    # masked positions may hold padding garbage (even -inf): zero them before any arithmetic
+    zero = torch.zeros_like(logprobs)
+    logprobs = torch.where(mask, logprobs, zero)
+    old_logprobs = torch.where(mask, old_logprobs.detach(), zero.detach())
+    adv = torch.where(mask, adv, zero.detach())
+    if ref_logprobs is not None:
+        ref_logprobs = torch.where(mask, ref_logprobs.detach(), zero.detach())
+    mask_f = mask.to(logprobs.dtype)
+    log_ratio = logprobs - old_logprobs
+    if ratio_level == "sequence":
+        lengths = mask_f.sum(dim=-1, keepdim=True).clamp(min=1.0)
+        seq_log_ratio = (log_ratio * mask_f).sum(dim=-1, keepdim=True) / lengths
+        log_ratio = seq_log_ratio.expand_as(logprobs)
+    ratio = torch.exp(log_ratio.clamp(-_LOG_CLAMP, _LOG_CLAMP))
+
+    unclipped = -adv * ratio
+    if loss_type == "pg":
+        token_loss = unclipped
+        low = high = dual = torch.zeros_like(mask)
+    else:
+        clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+        token_loss = torch.maximum(unclipped, clipped)
+        ratio_d = ratio.detach()
+        low = (adv < 0) & (ratio_d < 1.0 - clip_low)
+        high = (adv > 0) & (ratio_d > 1.0 + clip_high)
+        dual = torch.zeros_like(mask)
+        if dual_clip is not None:
+            bound = -adv * dual_clip
+            dual = (adv < 0) & (token_loss.detach() > bound)
+            token_loss = torch.where(adv < 0, torch.minimum(token_loss, bound), token_loss)
+
+    pg_token_loss = token_loss
+    kl = None
+    if ref_logprobs is not None:
+        kl = kl_penalty(logprobs, ref_logprobs, kl_estimator)
+        if kl_coef:
+            token_loss = token_loss + kl_coef * kl
+    if weights is not None:
+        w = weights.detach().to(logprobs.dtype)[:, None]
+        token_loss = token_loss * w
+        pg_token_loss = pg_token_loss * w
+    loss = aggregate(token_loss, mask, agg, max_length=max_length)
+
+    with torch.no_grad():
+        old_kl = kl_penalty(logprobs.detach(), old_logprobs, "k3")
+        stats = {
+            "loss": float(loss.detach()),
+            "pg_loss": float(aggregate(pg_token_loss.detach(), mask, agg, max_length=max_length)),
+            "clip_frac_low": _masked_mean(low.to(mask_f.dtype), mask_f),
+            "clip_frac_high": _masked_mean(high.to(mask_f.dtype), mask_f),
+            "dual_clip_frac": _masked_mean(dual.to(mask_f.dtype), mask_f),
+            "approx_kl": _masked_mean(old_kl, mask_f),
+            "ratio_mean": _masked_mean(ratio.detach(), mask_f),
+            "adv_mean": _masked_mean(adv, mask_f),
+        }
+        if kl is not None:
+            stats["kl"] = _masked_mean(kl.detach(), mask_f)
+    return loss, stats

@@ -1,0 +1,141 @@
+"""Lock-free file primitives for a shared filesystem (NFS, Lustre, GPFS): no flock anywhere.
+
+- `write_atomic`: temp name in the same directory, write, flush, fsync, rename into place.
+  A reader sees the old file or the new one, never a part.
+- `create_exclusive`: temp name, write, fsync, then `link` it to the final name. `link` fails
+  with EEXIST when the name exists, on every POSIX filesystem including NFS, so exactly one
+  of many concurrent writers creates the file, and it appears with its full content.
+- `touch`: renew a lease by changing the file's mtime.
+
+OS errors become `HandoffError` with one line that says what happened (full disk, read-only
+or missing directory), so neither side crashes with a traceback on an ordinary failure.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from hargo_hpc.handoff.errors import HandoffError, SchemaError
+from hargo_hpc.handoff.layout import TEMP_PREFIX
+
+_HINTS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only filesystem",
+    errno.EACCES: "permission denied (read-only directory?)",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "directory does not exist",
+    errno.ENOTDIR: "not a directory",
+}
+
+
+def describe(err: OSError, action: str, path: Path | str) -> HandoffError:
+    """One line for an OS error: what we tried, where, and the likely cause."""
+    hint = _HINTS.get(err.errno or 0, err.strerror or str(err))
+    return HandoffError(f"cannot {action} {path}: {hint}")
+
+
+def encode(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def temp_path(directory: Path) -> Path:
+    return directory / f"{TEMP_PREFIX}{secrets.token_hex(6)}"
+
+
+def _write_temp(directory: Path, data: bytes, fsync: bool) -> Path:
+    tmp = temp_path(directory)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as err:
+        raise describe(err, "create a file in", directory) from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        _unlink_quietly(tmp)
+        raise describe(err, "write", tmp) from None
+    return tmp
+
+
+def write_atomic(path: Path, obj: Any, *, fsync: bool = True) -> None:
+    """Replace `path` with JSON `obj`; readers see the old or the new file, never a part."""
+    tmp = _write_temp(path.parent, encode(obj), fsync)
+    try:
+        os.replace(tmp, path)
+    except OSError as err:
+        _unlink_quietly(tmp)
+        raise describe(err, "rename into", path) from None
+
+
+def create_exclusive(path: Path, obj: Any, *, fsync: bool = True) -> bool:
+    """Create `path` holding JSON `obj` unless it exists; True when this call created it."""
+    tmp = _write_temp(path.parent, encode(obj), fsync)
+    try:
+        return link_exclusive(tmp, path)
+    finally:
+        _unlink_quietly(tmp)
+
+
+def link_exclusive(source: Path, path: Path) -> bool:
+    """Hard-link `source` as `path`; False when `path` already exists (another writer won)."""
+    try:
+        os.link(source, path)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        raise describe(err, "link", path) from None
+    return True
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Parse a JSON object; SchemaError for empty, truncated or corrupt content.
+
+    FileNotFoundError passes through: a file that vanished is the caller's business.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise describe(err, "read", path) from None
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SchemaError(f"{path}: corrupt or truncated JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise SchemaError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def touch(path: Path) -> int:
+    """Renew: set mtime to now and return the new mtime in ns (raises FileNotFoundError).
+
+    If the filesystem's timestamp granularity hides the change (same mtime as before), the
+    mtime is bumped by one second so that observers always see the lease move.
+    """
+    before = os.stat(path).st_mtime_ns
+    os.utime(path, None)
+    after = os.stat(path).st_mtime_ns
+    if after == before:
+        after = before + 1_000_000_000
+        os.utime(path, ns=(after, after))
+    return after
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,102 @@
+"""Claims and leases: who holds which request, and when a holder is presumed dead.
+
+A claim is the file `claims/<rid>.<n>.claim`, created exclusively (link) for attempt `n`; the
+winner of attempt `n` is the only worker entitled to benchmark it. The holder renews the lease by
+touching the file (mtime) every `lease_s / 4` seconds.
+
+**Lease clock.** Observers never compare an mtime with any clock. An observer remembers the
+claim's `(inode, mtime)` and the moment (its own monotonic clock) it first saw that value; the
+claim is expired once the value has not changed for `lease_s` of the observer's own time. So no
+two clocks are ever compared: skew between nodes, or between a node and the file server, cannot
+expire a live claim nor keep a dead one alive. The price: a worker that has just started waits
+one lease before it re-claims a dead worker's request.
+
+Taking over an expired attempt `n` means creating attempt `n + 1` (exclusively again), so exactly
+one worker takes over. The old holder, if it was only slow, may still finish: its result then
+races through the first-result-wins link like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hargo_hpc.handoff.layout import parse_claim_name
+
+
+@dataclass
+class Attempts:
+    """What the claims/ listing says about one request."""
+
+    states: dict[int, set[str]] = field(default_factory=dict)
+
+    @property
+    def latest(self) -> int:
+        return max(self.states, default=0)
+
+    def state(self, attempt: int) -> str:
+        """failed > released > claim: a marker written before its claim was removed wins."""
+        found = self.states.get(attempt, set())
+        for state in ("failed", "released", "claim"):
+            if state in found:
+                return state
+        return ""
+
+    @property
+    def failures(self) -> int:
+        """Failed attempts plus superseded claims (they were taken over, so they expired)."""
+        latest = self.latest
+        return sum(
+            1 for n in self.states
+            if self.state(n) == "failed" or (self.state(n) == "claim" and n < latest)
+        )
+
+    @property
+    def held(self) -> bool:
+        return self.state(self.latest) == "claim"
+
+
+def scan_claims(directory: Path) -> dict[str, Attempts]:
+    """Attempts per request id from one listing of claims/ ({} when it does not exist)."""
+    found: dict[str, Attempts] = {}
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return found
+    for name in names:
+        parsed = parse_claim_name(name)
+        if parsed is None:
+            continue
+        rid, attempt, state = parsed
+        found.setdefault(rid, Attempts()).states.setdefault(attempt, set()).add(state)
+    return found
+
+
+class LeaseObserver:
+    """Decides expiry by watching a claim's mtime stand still for `lease_s` of local time."""
+
+    def __init__(self, lease_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.lease_s = lease_s
+        self._monotonic = monotonic
+        self._seen: dict[Path, tuple[tuple[int, int], float]] = {}
+
+    def expired(self, path: Path) -> bool:
+        """True once `path` has not changed for a lease; False if it changed or vanished."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._seen.pop(path, None)
+            return False
+        token = (st.st_ino, st.st_mtime_ns)
+        now = self._monotonic()
+        seen = self._seen.get(path)
+        if seen is None or seen[0] != token:
+            self._seen[path] = (token, now)
+            return False
+        return now - seen[1] >= self.lease_s
+
+    def forget(self, path: Path) -> None:
+        self._seen.pop(path, None)

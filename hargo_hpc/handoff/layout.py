@@ -1,0 +1,140 @@
+"""Where every file of the handoff directory lives, and how names are parsed back.
+
+```
+DIR/
+  STOP                                  stop sentinel (workers exit when they see it)
+  workers/<worker-id>.<nonce>.json      heartbeat of one worker process
+  steps/step-00000042/
+    requests.json                       the trainer's batch for step 42 (written once)
+    claims/<rid>.<n>.claim              attempt n on request rid is held (lease = its mtime)
+    claims/<rid>.<n>.failed             attempt n failed for an infrastructure reason
+    claims/<rid>.<n>.released           attempt n was given back (SIGTERM/SIGUSR1)
+    results/<rid>.json                  THE result of rid: first writer wins (link)
+    duplicates/<rid>.<nonce>.json       a later result for rid, kept only to be counted
+    closed.json                         the trainer has every result of the step
+    compacted.json                      results/ merged into one file (after closed)
+```
+
+Every file is first written under a temp name (`.tmp-*`, leading dot) in the same directory and
+then renamed or linked into place; every reader skips names starting with a dot.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+STOP = "STOP"
+WORKERS = "workers"
+STEPS = "steps"
+REQUESTS = "requests.json"
+CLAIMS = "claims"
+RESULTS = "results"
+DUPLICATES = "duplicates"
+CLOSED = "closed.json"
+COMPACTED = "compacted.json"
+TEMP_PREFIX = ".tmp-"
+
+CLAIM_STATES = ("claim", "failed", "released")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$")
+_STEP = re.compile(r"^step-(\d{8,})$")
+_CLAIM = re.compile(r"^(?P<rid>.+)\.(?P<n>\d+)\.(?P<state>claim|failed|released)$")
+
+
+def is_temp(name: str) -> bool:
+    """Temp and hidden names: never a finished file, always skipped by readers."""
+    return name.startswith(".")
+
+
+def valid_request_id(rid: str) -> bool:
+    """Request ids become file names: letters, digits, `_ - .`, not starting with a dot."""
+    return bool(REQUEST_ID.match(rid)) and not rid.endswith(".json")
+
+
+def step_name(step: int) -> str:
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    return f"step-{step:08d}"
+
+
+def parse_step_name(name: str) -> int | None:
+    match = _STEP.match(name)
+    return int(match.group(1)) if match else None
+
+
+def claim_name(rid: str, attempt: int, state: str = "claim") -> str:
+    return f"{rid}.{attempt}.{state}"
+
+
+def parse_claim_name(name: str) -> tuple[str, int, str] | None:
+    """(request id, attempt, state) of a claims/ entry, or None for anything else."""
+    if is_temp(name):
+        return None
+    match = _CLAIM.match(name)
+    if not match:
+        return None
+    return match.group("rid"), int(match.group("n")), match.group("state")
+
+
+def result_name(rid: str) -> str:
+    return f"{rid}.json"
+
+
+def parse_result_name(name: str) -> str | None:
+    if is_temp(name) or not name.endswith(".json"):
+        return None
+    return name[: -len(".json")]
+
+
+class Layout:
+    """Paths inside one handoff directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def stop(self) -> Path:
+        return self.root / STOP
+
+    @property
+    def workers(self) -> Path:
+        return self.root / WORKERS
+
+    @property
+    def steps(self) -> Path:
+        return self.root / STEPS
+
+    def step(self, step: int) -> Path:
+        return self.steps / step_name(step)
+
+    def requests(self, step: int) -> Path:
+        return self.step(step) / REQUESTS
+
+    def claims(self, step: int) -> Path:
+        return self.step(step) / CLAIMS
+
+    def results(self, step: int) -> Path:
+        return self.step(step) / RESULTS
+
+    def duplicates(self, step: int) -> Path:
+        return self.step(step) / DUPLICATES
+
+    def closed(self, step: int) -> Path:
+        return self.step(step) / CLOSED
+
+    def compacted(self, step: int) -> Path:
+        return self.step(step) / COMPACTED
+
+    def result(self, step: int, rid: str) -> Path:
+        return self.results(step) / result_name(rid)
+
+    def claim(self, step: int, rid: str, attempt: int, state: str = "claim") -> Path:
+        return self.claims(step) / claim_name(rid, attempt, state)
+
+    def step_numbers(self) -> list[int]:
+        """Every step present, ascending; [] when there is no steps/ yet."""
+        try:
+            names = [entry.name for entry in self.steps.iterdir()]
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in map(parse_step_name, names) if n is not None)
