@@ -29,8 +29,7 @@ case "$ACTION" in
 esac
 [[ $# -eq 2 ]] || { echo "$PROG: error: $ACTION needs STATE_DIR" >&2; exit 2; }
 
-mkdir -p "$2" 2>/dev/null || die "cannot create state directory $2"
-S=$(cd "$2" && pwd)
+S=$(realpath -m "$2")
 # Unix socket paths are limited to ~107 bytes.
 (( ${#S} <= 60 )) || die "state directory path too long (${#S} > 60 characters): $S"
 
@@ -274,7 +273,7 @@ case "$ACTION" in
         say "stopped the cluster in $S" ;;
     up)
         check_prereqs
-        mkdir -p "$S/run"
+        mkdir -p "$S/run" 2>/dev/null || die "cannot create state directory $S"
         exec 9>"$S/run/up.lock"
         flock -w 120 9 || die "another 'up' on $S holds the lock for over 120 s"
         if healthy; then

@@ -65,7 +65,7 @@ def grpo(
     std, `scale="batch"`, as in "Tricks or Traps", arXiv 2508.08221) or 1 (`scale="none"`,
     then ε is not added: this is Dr.GRPO). A zero-variance group gives A = 0.
     """
-    centred = rewards - groups.mean(rewards)[groups.inverse]
+    centred = groups.centred(rewards)
     if scale == "group":
         return centred / (groups.std(rewards)[groups.inverse] + eps)
     if scale == "batch":
@@ -79,7 +79,7 @@ def grpo(
 def dr_grpo(rewards: Tensor, groups: Groups) -> Tensor:
     """Dr.GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783):
     A_i = R_i − mean_g R (no division by the group std)."""
-    return rewards - groups.mean(rewards)[groups.inverse]
+    return groups.centred(rewards)
 
 
 @register("rloo")
@@ -87,12 +87,12 @@ def rloo(rewards: Tensor, groups: Groups) -> Tensor:
     """RLOO (Ahmadian et al., arXiv 2402.14740; Kool et al. 2019):
     A_i = R_i − (1 / (n_g − 1)) Σ_{j∈g, j≠i} R_j  =  n_g / (n_g − 1) · (R_i − mean_g R).
 
-    A group of size 1 has no leave-one-out baseline: its advantage is 0.
+    Computed in the second form, so a zero-variance group gives exactly 0. A group of size 1
+    has no leave-one-out baseline: its advantage is 0.
     """
     n = groups.sizes[groups.inverse].to(rewards.dtype)
-    others = groups.sum(rewards)[groups.inverse] - rewards
-    baseline = others / (n - 1).clamp(min=1)
-    return torch.where(n > 1, rewards - baseline, torch.zeros_like(rewards))
+    scale = n / (n - 1).clamp(min=1)
+    return torch.where(n > 1, scale * groups.centred(rewards), torch.zeros_like(rewards))
 
 
 @register("reinforce_pp")
@@ -111,7 +111,7 @@ def reinforce_pp(rewards: Tensor, groups: Groups, *, eps: float = 1e-6) -> Tenso
 def reinforce_pp_baseline(rewards: Tensor, groups: Groups, *, eps: float = 1e-6) -> Tensor:
     """REINFORCE++-baseline (Hu, arXiv 2501.03262 v3+): subtract the group mean first, then
     normalise over the batch: a_i = R_i − mean_g R, A_i = (a_i − mean_B a) / (std_B a + ε)."""
-    centred = rewards - groups.mean(rewards)[groups.inverse]
+    centred = groups.centred(rewards)
     return (centred - centred.mean()) / (_batch_std(centred) + eps)
 
 
@@ -134,7 +134,7 @@ def gpg(
     """
     std = groups.std(rewards)
     valid = (std > std_threshold)[groups.inverse]
-    centred = rewards - groups.mean(rewards)[groups.inverse]
+    centred = groups.centred(rewards)
     if scale_by_std:
         centred = centred / (std[groups.inverse] + eps)
     batch = rewards.numel()

@@ -35,12 +35,19 @@ class Groups:
         """[num]: mean_{i∈g} values_i."""
         return self.sum(values) / self.sizes.to(values.dtype)
 
+    def centred(self, values: Tensor) -> Tensor:
+        """[B]: values_i − mean_g values, exactly 0 in groups whose values are all equal
+        (the float mean of equal numbers can differ from them in the last bit)."""
+        flat = (self.spread(values) == 0)[self.inverse]
+        centred = values - self.mean(values)[self.inverse]
+        return torch.where(flat, torch.zeros_like(centred), centred)
+
     def std(self, values: Tensor) -> Tensor:
         """[num]: unbiased std within each group (as torch.std, TRL, verl); 0 for size-1 groups.
 
         std_g = sqrt( Σ_{i∈g} (x_i − mean_g)² / (n_g − 1) ).
         """
-        centred = values - self.mean(values)[self.inverse]
+        centred = self.centred(values)
         squares = self.sum(centred * centred)
         denom = (self.sizes - 1).clamp(min=1).to(values.dtype)
         return torch.where(self.sizes > 1, (squares / denom).sqrt(), torch.zeros_like(squares))

@@ -7,13 +7,14 @@ model's log-probabilities; the advantage is modulated *before* the weights are c
 task-type labels are used. The formulas below are this project's choices (docs/algorithms.md
 gives the reasoning for each). Read top to bottom:
 
-1. base advantage      A_i = GRPO advantage (or another estimator)           [B]
-2. discrimination      D_g = (σ_g / σ̄)^p                                     per group
+1. base advantage      A_i = GRPO advantage (or another estimator)                  [B]
+2. discrimination      D_g = clip( (σ_g / σ̄)^p, W^−¼, W^¼ ),  σ̄ = geometric mean of the
+                       nonzero group stds σ_g of the batch                          per group
 3. confidence          c_i = mean_t log π_ref(y_it),  u_i = c_i − mean_{j∈g} c_j
-                       C_i = exp(−β · sign(A_i) · u_i)                        per response
+                       C_i = clip( exp(−β · sign(A_i) · u_i), W^−¼, W^¼ )           per response
 4. modulated advantage Ã_i = A_i · D_g · C_i
-5. weights             w_i ∝ clamp(Ã_i / A_i) = exp(clamp(log D_g + log C_i, −h, h)),
-                       h = ½ log W, normalised to mean 1 over the batch: w_i ∈ [1/W, W]
+5. weights             w_i = (Ã_i / A_i) / mean_j (Ã_j / A_j) = D_g C_i / mean_j D_g(j) C_j,
+                       positive, mean 1 over the batch, in [1/W, W], no gradient
 
 Switching both signals off gives w ≡ 1, so the weighted loss is exactly GRPO's.
 """
@@ -49,9 +50,10 @@ class HargoParams:
     estimator             base advantage estimator (a name in ESTIMATORS)
     discrimination_power  p in D_g = (σ_g / σ̄)^p; 0 = GRPO's per-group scale, 1 = batch scale
     confidence_scale      β in C_i = exp(−β sign(A_i) u_i), u_i in nats per token
-    max_weight            W: every weight lies in [1/W, W] and max w / min w ≤ W
+    max_weight            W: each signal lies in [W^−¼, W^¼]; every weight in [1/W, W],
+                          and max w / min w ≤ W
     contrast_momentum     m: σ̄ ← m σ̄_previous + (1 − m) σ̄_batch (0 = this batch only)
-    eps                   ε of the base estimator and of the signal divisions
+    eps                   lower bound of σ̄ (the divisor of the discrimination signal)
     """
 
     discrimination: bool = True
@@ -59,7 +61,7 @@ class HargoParams:
     estimator: str = "grpo"
     discrimination_power: float = 0.5
     confidence_scale: float = 1.0
-    max_weight: float = 4.0
+    max_weight: float = 9.0
     contrast_momentum: float = 0.0
     eps: float = 1e-6
 
@@ -142,22 +144,23 @@ def group_contrast(rewards: Tensor, groups: Groups) -> Tensor:
 def reference_contrast(
     contrast: Tensor, previous: float | None = None, momentum: float = 0.0
 ) -> tuple[float, float]:
-    """(σ̄ to use, σ̄ of this batch): σ̄_batch = mean of σ_g over groups with σ_g > 0
-    (1.0 if there are none); with a running value, σ̄ = m · previous + (1 − m) · σ̄_batch."""
+    """(σ̄ to use, σ̄ of this batch): σ̄_batch = exp(mean log σ_g) over groups with σ_g > 0, the
+    geometric mean, so D is centred in log space on a batch that mixes reward scales (1.0 if
+    no group has contrast); with a running value, σ̄ = m · previous + (1 − m) · σ̄_batch."""
     live = contrast[contrast > 0]
-    batch = float(live.mean()) if live.numel() else 1.0
+    batch = float(live.log().mean().exp()) if live.numel() else 1.0
     if previous is None or momentum == 0.0:
         return batch, batch
     return momentum * previous + (1.0 - momentum) * batch, batch
 
 
 def discrimination_signal(
-    contrast: Tensor, contrast_ref: float, power: float
+    contrast: Tensor, contrast_ref: float, power: float, bound: float
 ) -> Tensor:
-    """D_g = (σ_g / σ̄)^p ≥ 0: how sharply the group's rewards separate its responses,
-    relative to the batch. Scale-free (rewards × k leaves it unchanged) and label-free; a
-    zero-variance group gets D = 0 (with p > 0)."""
-    return (contrast / contrast_ref) ** power
+    """D_g = clip((σ_g / σ̄)^p, 1/b, b): how sharply the group's rewards separate its
+    responses, relative to the batch. Scale-free (rewards × k leaves it unchanged) and
+    label-free; a zero-variance group gets the floor 1/b (with p > 0)."""
+    return ((contrast / contrast_ref) ** power).clamp(1.0 / bound, bound)
 
 
 def confidence_signal(ref_logprobs: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -180,14 +183,19 @@ def relative_confidence(confidence: Tensor, has_tokens: Tensor, groups: Groups) 
     return torch.where(has_tokens, confidence - mean[groups.inverse], torch.zeros_like(confidence))
 
 
-def normalized_weights(log_factor: Tensor, max_weight: float) -> Tensor:
-    """w_i = r_i / mean_j r_j with r_i = exp(clamp(ℓ_i, −h, h)), h = ½ log W.
+def confidence_factor(surprise: Tensor, scale: float, bound: float) -> Tensor:
+    """C_i = clip(exp(β · s_i), 1/b, b) with the surprise s_i = −sign(A_i) · u_i: above 1 when
+    the reference disagrees with the reward (a rewarded response it found unlikely, a
+    penalised one it found likely), below 1 when it already agrees."""
+    return torch.exp(scale * surprise).clamp(1.0 / bound, bound)
 
-    Since every r lies in [e^−h, e^h], every w lies in [e^−2h, e^2h] = [1/W, W], max/min ≤ W,
-    and mean w = 1 exactly: bounded without iterative clip-and-renormalise."""
-    half = 0.5 * math.log(max_weight)
-    ratio = torch.exp(log_factor.clamp(-half, half))
-    return ratio / ratio.mean()
+
+def normalized_weights(factor: Tensor) -> Tensor:
+    """w_i = r_i / mean_j r_j for the modulation factor r_i = Ã_i / A_i = D_g C_i.
+
+    Since every r lies in [W^−½, W^½], every w lies in [1/W, W], max/min ≤ W, and mean w = 1
+    exactly: bounded without iterative clip-and-renormalise."""
+    return factor / factor.mean()
 
 
 # ---------------------------------------------------------------- putting it together
@@ -214,14 +222,15 @@ def hargo_signals(
     batch = rewards.shape[0]
     index = as_group_index(group_index, batch)
     mask = as_mask(mask, ref_logprobs, "ref_logprobs")
-    check_batch(ref_logprobs[:, 0] if ref_logprobs.shape[1] else ref_logprobs.sum(-1),
-                "ref_logprobs", batch, "rewards")
+    if ref_logprobs.shape[0] != batch:
+        raise ValueError(
+            f"ref_logprobs must have {batch} rows (one per response of rewards), got shape "
+            f"{tuple(ref_logprobs.shape)}"
+        )
     check_finite(ref_logprobs, "ref_logprobs", mask)
     ref_logprobs = ref_logprobs.detach()
     if advantages is None:
-        advantages = compute_advantages(params.estimator, rewards, index, eps=params.eps) if (
-            params.estimator in ("grpo", "reinforce_pp", "reinforce_pp_baseline", "gpg")
-        ) else compute_advantages(params.estimator, rewards, index)
+        advantages = compute_advantages(params.estimator, rewards, index)
     else:
         check_batch(advantages, "advantages", batch, "rewards")
         check_finite(advantages, "advantages")
@@ -232,34 +241,36 @@ def hargo_signals(
             empty = rewards.clone()
             return HargoSignals(empty, empty, empty, empty, empty, empty, empty, empty, 1.0)
         groups = Groups.of(index)
-        # 2. discrimination
+        bound = params.max_weight ** 0.25  # each signal in [W^−¼, W^¼]
+        ones = torch.ones_like(rewards)
+        # 2. discrimination, per group
         contrast = group_contrast(rewards, groups)
         contrast_ref, _ = reference_contrast(
             contrast, running_contrast, params.contrast_momentum
         )
         contrast_ref = max(contrast_ref, params.eps)
-        disc = discrimination_signal(contrast, contrast_ref, params.discrimination_power)
-        disc = disc[groups.inverse]
-        # 3. confidence
+        disc = ones
+        if params.discrimination:
+            disc = discrimination_signal(
+                contrast, contrast_ref, params.discrimination_power, bound
+            )[groups.inverse]
+        # 3. confidence, per response
         conf, has_tokens = confidence_signal(ref_logprobs.to(rewards.dtype), mask)
         surprise = -torch.sign(advantages) * relative_confidence(conf, has_tokens, groups)
-        log_conf = params.confidence_scale * surprise
-        # 4. the modulated advantage (log-space factor ℓ_i = log D_g + log C_i)
-        log_factor = torch.zeros_like(rewards)
-        if params.discrimination:
-            log_factor = log_factor + torch.log(disc)
+        conf_factor = ones
         if params.confidence:
-            log_factor = log_factor + log_conf
-        modulated = advantages * torch.exp(log_factor.clamp(max=50.0))
-        # 5. the weights: w_i ∝ Ã_i / A_i, bounded and normalised
-        weights = normalized_weights(log_factor, params.max_weight)
+            conf_factor = confidence_factor(surprise, params.confidence_scale, bound)
+        # 4. the confidence-modulated advantage
+        modulated = advantages * disc * conf_factor
+        # 5. the weights: w_i ∝ Ã_i / A_i = D_g C_i (defined also where A_i = 0), mean 1
+        weights = normalized_weights(disc * conf_factor)
     return HargoSignals(
         advantages=advantages,
         contrast=contrast[groups.inverse],
-        discrimination=disc if params.discrimination else torch.ones_like(disc),
+        discrimination=disc,
         confidence=conf,
         surprise=surprise,
-        confidence_factor=torch.exp(log_conf) if params.confidence else torch.ones_like(conf),
+        confidence_factor=conf_factor,
         modulated_advantages=modulated,
         weights=weights,
         contrast_ref=contrast_ref,

@@ -47,5 +47,20 @@ class BenchSettings(BaseModel):
     roof_gflops: float | None = Field(
         None, gt=0, description="plausibility cap; None = the roof from `hargo bench calibrate`"
     )
-    cache_dir: str = ""
+    roof_margin: float = Field(
+        1.10, ge=1.0, description="GFLOPS above roof * margin are flagged suspicious, not rewarded"
+    )
+    auto_calibrate: bool = Field(
+        True, description="measure and store the roof on first use when none is known"
+    )
+    seed: int = Field(20261130, ge=0, description="seed of the random inputs")
+    cache_dir: str = Field("", description="compile cache; '' = $XDG_CACHE_HOME/hargo-hpc/bench")
+    sandbox_user: str = Field(
+        "nobody", description="unprivileged user the code runs as when the worker is root"
+    )
+    compile_memory_limit_mb: int = Field(4096, gt=0)
+    output_limit_bytes: int = Field(
+        1 << 20, gt=0, description="stdout+stderr beyond this kills the run (runtime_error)"
+    )
+    max_processes: int = Field(256, gt=0, description="RLIMIT_NPROC of the sandboxed user")
     penalties: Penalties = Field(default_factory=Penalties)

@@ -13,6 +13,7 @@ or missing directory), so neither side crashes with a traceback on an ordinary f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -46,6 +47,11 @@ def encode(obj: Any) -> bytes:
 
 def temp_path(directory: Path) -> Path:
     return directory / f"{TEMP_PREFIX}{secrets.token_hex(6)}"
+
+
+def write_temp(directory: Path, obj: Any, *, fsync: bool = True) -> Path:
+    """JSON `obj` in a new temp file of `directory` (readers skip it); returns its path."""
+    return _write_temp(directory, encode(obj), fsync)
 
 
 def _write_temp(directory: Path, data: bytes, fsync: bool) -> Path:
@@ -135,7 +141,5 @@ def touch(path: Path) -> int:
 
 
 def _unlink_quietly(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass

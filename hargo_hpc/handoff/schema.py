@@ -110,6 +110,7 @@ class Heartbeat(_File):
     started_at: float
     updated_at: float
     state: Literal["running", "exited"]
+    interval_s: float = Field(10.0, gt=0, description="seconds between two heartbeats")
     exit_reason: str = ""
     held: list[str] = Field(default_factory=list, description="step/request of held claims")
     counts: dict[str, int] = Field(default_factory=dict)
@@ -130,6 +131,7 @@ class Closed(_File):
     step: int = Field(ge=0)
     at: float
     results: int
+    failed: int = Field(0, description="results with status infra_error")
 
 
 class Compacted(_File):

@@ -20,3 +20,5 @@ class HandoffSettings(BaseModel):
     max_attempts: int = Field(3, ge=1, description="infra failures before a request gives up")
     workers: int = Field(4, ge=1, description="size of the bench worker job array")
     worker_max_idle_s: float = Field(600.0, gt=0)
+    worker_threads: int = Field(1, ge=1, description="requests one worker benchmarks at once")
+    fsync: bool = Field(True, description="fsync every file before it is renamed into place")

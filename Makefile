@@ -1,0 +1,76 @@
+# hargo-hpc: every target is documented in README.md ("Makefile targets").
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+PIP         := $(VENV)/bin/pip
+SLURM_STATE ?= /tmp/hargo-slurm
+PYTEST_ARGS ?=
+# Debian packages: the local Slurm cluster, the C toolchain and OpenBLAS for the bench.
+APT_PACKAGES := slurm-wlm munge slurmdbd mariadb-server gcc libc6-dev libopenblas-dev \
+                binutils util-linux procps
+# Without CUDA, pin the CPU torch that lies on disk (an unpinned torch pulls GB of CUDA wheels).
+TORCH_SPEC  ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export DS_BUILD_OPS := 0
+
+.PHONY: help apt venv install test test-fast lint cluster-up cluster-down cluster-status demo \
+        bench-calibrate benchmarks clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+apt:  ## install the Debian packages (as root; skipped when all are present)
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+	    | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing: $$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e '.[test]'
+	$(PIP) check
+	touch $@
+
+venv: $(VENV)/.installed  ## create .venv: torch first, then the project with its test extra
+
+install: apt venv  ## apt packages + venv
+
+cluster-up: apt  ## start the local Slurm cluster in $(SLURM_STATE) (no-op when healthy)
+	scripts/slurm-cluster.sh up $(SLURM_STATE)
+
+cluster-down:  ## stop the local Slurm cluster's daemons
+	scripts/slurm-cluster.sh down $(SLURM_STATE)
+
+cluster-status:  ## show the local cluster's daemons and node
+	scripts/slurm-cluster.sh status $(SLURM_STATE)
+
+lint: venv  ## ruff over the code, tests, benchmarks
+	$(VENV)/bin/ruff check hargo_hpc tests benchmarks
+
+test: install cluster-up lint  ## everything: install, start the cluster, lint, the whole suite
+	HARGO_SLURM_STATE=$(SLURM_STATE) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv  ## the suite without the Slurm and slow tests (no cluster needed)
+	$(PY) -m pytest -m "not slurm and not slow" $(PYTEST_ARGS)
+
+demo: install cluster-up  ## the main job, end to end on the local cluster
+	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
+	    $(PY) scripts/demo.py
+
+bench-calibrate: venv  ## measure this machine's DGEMM roof and the reference kernels
+	$(VENV)/bin/hargo bench calibrate
+
+benchmarks: install  ## run every script in benchmarks/ (prints ratios against peers)
+	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
+
+clean:  ## remove runs/ and caches (not the venv, not the cluster state)
+	rm -rf runs .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,221 @@
+"""Build: compile the kernel as its own translation unit, inspect it, link it with the driver.
+
+    kernel.c --[compiler flags -include hargo_gemm.h -c, sandboxed, timeout]--> kernel.o
+    kernel.o --[nm -P, readelf -S: validate.check_object]--> accepted
+    kernel.o + driver.o --[compiler flags -fopenmp -lm -z noexecstack, sandboxed]--> gemm.bin
+
+The prototype header makes a wrongly typed gemm a compiler error ("conflicting types"), which is
+reported as a format violation.  Builds are cached by hash(source, compiler identity, flags,
+driver source) - see cache.py; the compiler identity includes `--version` and the resolved
+target (`-Q --help=target` under the flags), so `-march=native` on a different CPU is a new key.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from hargo_hpc.bench.cache import CompileCache, cache_key
+from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.validate import SIGNATURE, Violation, check_object
+
+PROTOTYPE = f"{SIGNATURE};\n"
+LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack"]
+DRIVER_FLAGS = ["-O2", "-fopenmp"]
+
+
+class InfraError(Exception):
+    """The harness or the machine failed (not the policy's fault)."""
+
+
+@dataclass
+class Build:
+    """Outcome of building one kernel: verdict is built | compile_error | format_violation |
+    timeout; `binary` is the linked executable (inside the cache or a scratch dir)."""
+
+    verdict: str
+    reason: str
+    output: str
+    binary: Path | None
+    cache_hit: bool
+    seconds: float
+
+
+def driver_source() -> str:
+    return resources.files("hargo_hpc.bench").joinpath("driver.c").read_text()
+
+
+def resolve_compiler(compiler: str) -> str:
+    path = shutil.which(compiler)
+    if not path:
+        raise InfraError(f"compiler {compiler!r} not found on PATH")
+    return os.path.realpath(path)
+
+
+@functools.lru_cache(maxsize=16)
+def compiler_identity(compiler: str, flags: tuple[str, ...]) -> str:
+    """`--version` first line + hash of the target options the flags resolve to."""
+    try:
+        version = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.splitlines()[0]
+        target = subprocess.run(
+            [compiler, *flags, "-Q", "--help=target"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError, IndexError) as err:
+        raise InfraError(f"cannot run {compiler}: {err}") from None
+    return f"{version} target:{hashlib.sha256(target.encode()).hexdigest()[:16]}"
+
+
+def compiler_version(compiler: str) -> str:
+    return compiler_identity(compiler, ()).split(" target:")[0]
+
+
+def _compile_limits(settings: BenchSettings, timeout: float) -> Limits:
+    return Limits(
+        wall_s=timeout,
+        cpu_s=int(timeout) + 2,
+        address_space_mb=settings.compile_memory_limit_mb,
+        processes=settings.max_processes,
+        file_size_bytes=256 << 20,
+        open_files=256,
+        stack_mb=64,
+    )
+
+
+def _excerpt(text: str, workdir: str, cap: int) -> str:
+    text = text.replace(workdir + "/", "").replace(workdir, ".")
+    return text if len(text) <= cap else text[:cap] + f"\n[... {len(text) - cap} more chars]"
+
+
+def driver_object(settings: BenchSettings, cache: CompileCache, compiler: str) -> Path:
+    """The driver compiled once per compiler (trusted code, fixed flags), from the cache."""
+    src = driver_source()
+    key = cache_key("driver", src, compiler_identity(compiler, tuple(DRIVER_FLAGS)))
+    hit = cache.load(key)
+    if hit:
+        return hit[1] / "driver.o"
+    with tempfile.TemporaryDirectory(prefix="hargo-driver-") as tmp:
+        Path(tmp, "driver.c").write_text(src)
+        proc = subprocess.run(
+            [compiler, *DRIVER_FLAGS, "-c", "driver.c", "-o", "driver.o"],
+            cwd=tmp, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise InfraError(f"the harness driver does not compile: {proc.stderr[:500]}")
+        entry = cache.store(key, {"verdict": "driver"}, {"driver.o": str(Path(tmp, "driver.o"))})
+    return entry / "driver.o"
+
+
+def build_kernel(
+    code: str,
+    settings: BenchSettings,
+    cache: CompileCache,
+    *,
+    timeout_s: float,
+    trusted_link: list[str] | None = None,
+) -> Build:
+    """Compile, inspect and link `code` (cached).  `trusted_link` (calibration only) skips the
+    symbol check and adds these link arguments (e.g. OpenBLAS)."""
+    start = time.monotonic()
+    compiler = resolve_compiler(settings.compiler)
+    flags = list(settings.flags)
+    identity = compiler_identity(compiler, tuple(flags))
+    key = cache_key(
+        "kernel", code, identity, "\0".join(flags), driver_source(), repr(trusted_link)
+    )
+    hit = cache.load(key)
+    if hit:
+        meta, entry = hit
+        binary = entry / "gemm.bin" if meta["verdict"] == "built" else None
+        return Build(meta["verdict"], meta["reason"], meta["output"], binary, True,
+                     time.monotonic() - start)  # fmt: skip
+    driver_o = driver_object(settings, cache, compiler)
+    cap = settings.output_cap_bytes
+    with tempfile.TemporaryDirectory(prefix="hargo-build-") as work:
+        Path(work, "kernel.c").write_text(code)
+        Path(work, "hargo_gemm.h").write_text(PROTOTYPE)
+        shutil.copy2(driver_o, Path(work, "driver.o"))
+        env = base_env(work, {"PATH": f"{os.path.dirname(compiler)}:/usr/bin:/bin"})
+        limits = _compile_limits(settings, timeout_s)
+        res = run_sandboxed(
+            [compiler, *flags, "-include", "hargo_gemm.h", "-c", "kernel.c", "-o", "kernel.o"],
+            work, limits, env, user=settings.sandbox_user, output_cap=cap * 4,
+        )  # fmt: skip
+        output = _excerpt(res.output, work, cap)
+        if res.timed_out or res.signal in (9, 24):  # SIGKILL by us, SIGXCPU
+            return Build("timeout", f"compile exceeded {timeout_s:g} s", output, None, False,
+                         time.monotonic() - start)  # fmt: skip
+        if res.returncode != 0:
+            if "conflicting types for" in res.output and "gemm" in res.output:
+                verdict, reason = "format_violation", f"gemm is not {SIGNATURE}"
+            else:
+                verdict, reason = "compile_error", _first_error(output)
+            cache.store(key, {"verdict": verdict, "reason": reason, "output": output})
+            return Build(verdict, reason, output, None, False, time.monotonic() - start)
+        obj = Path(work, "kernel.o")
+        if trusted_link is None:
+            try:
+                check_object(_nm(obj), _sections(obj))
+            except Violation as v:
+                meta = {"verdict": "format_violation", "reason": str(v), "output": output}
+                cache.store(key, meta)
+                return Build("format_violation", str(v), output, None, False,
+                             time.monotonic() - start)  # fmt: skip
+        link = run_sandboxed(
+            [compiler, *flags, "kernel.o", "driver.o", *LINK_FLAGS, *(trusted_link or []),
+             "-o", "gemm.bin"],
+            work, limits, env, user=settings.sandbox_user, output_cap=cap,
+        )  # fmt: skip
+        if link.timed_out:
+            return Build("timeout", "link timed out", link.output, None, False,
+                         time.monotonic() - start)  # fmt: skip
+        if link.returncode != 0:
+            out = _excerpt(link.output, work, cap)
+            cache.store(key, {"verdict": "compile_error", "reason": "link failed", "output": out})
+            return Build("compile_error", "link failed", out, None, False,
+                         time.monotonic() - start)  # fmt: skip
+        meta = {"verdict": "built", "reason": "", "output": output}
+        entry = cache.store(key, meta, {"gemm.bin": str(Path(work, "gemm.bin"))})
+    return Build("built", "", output, entry / "gemm.bin", False, time.monotonic() - start)
+
+
+def _first_error(output: str) -> str:
+    for line in output.splitlines():
+        if "error" in line:
+            return line.strip()[:200]
+    return (output.strip().splitlines() or ["the compiler failed"])[0][:200]
+
+
+def _tool(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise InfraError(f"{argv[0]} failed: {err}") from None
+    if proc.returncode != 0:
+        raise InfraError(f"{argv[0]} failed: {proc.stderr[:300]}")
+    return proc.stdout
+
+
+def _nm(obj: Path) -> str:
+    return _tool(["nm", "-P", str(obj)])
+
+
+def _sections(obj: Path) -> list[str]:
+    names = []
+    for line in _tool(["readelf", "-S", "-W", str(obj)]).splitlines():
+        line = line.strip()
+        if line.startswith("[") and "]" in line:
+            rest = line.split("]", 1)[1].split()
+            if rest and not rest[0].isdigit():
+                names.append(rest[0])
+    return names

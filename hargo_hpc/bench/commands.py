@@ -1,0 +1,92 @@
+"""`hargo bench ...`: benchmark one completion, or calibrate the machine's roof.
+
+Registered by hargo_hpc/cli.py (`main.add_command(bench)`); logic lives in runner/calibrate.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from hargo_hpc.bench.build import InfraError
+from hargo_hpc.bench.calibrate import calibrate
+from hargo_hpc.bench.runner import BenchRequest, Problem, run_bench
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+
+
+def _settings(size: int | None, reps: int | None, threads: int | None) -> BenchSettings:
+    update = {k: v for k, v in (("size", size), ("repetitions", reps), ("threads", threads)) if v}
+    return BenchSettings(**update)
+
+
+@click.group(context_settings=CONTEXT)
+def bench() -> None:
+    """Compile and time generated DGEMM kernels in a sandbox (see docs/bench.md)."""
+
+
+@bench.command("run", context_settings=CONTEXT)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--size", type=click.IntRange(1, 8192), help="M = N = K (default: settings, 256)")
+@click.option("--reps", type=click.IntRange(1, 1000), help="timed repetitions")
+@click.option("--threads", type=click.IntRange(1, 1024), help="OpenMP threads")
+@click.option("--forbid", multiple=True, help="SQD: forbid a technique (openmp, simd, ...)")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="compile cache directory")
+@click.option("--json", "as_json", is_flag=True, help="print the full JSON record")
+def run_cmd(
+    file: str,
+    size: int | None,
+    reps: int | None,
+    threads: int | None,
+    forbid: tuple[str, ...],
+    cache_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Benchmark one completion or C file (FILE, or - for stdin) and print its record."""
+    try:
+        text = sys.stdin.read() if file == "-" else open(file, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageFailure(f"cannot read {file}: {err}") from None
+    settings = _settings(size, reps, threads)
+    req = BenchRequest(
+        id=file, completion=text, problem=Problem.from_dict(None, settings), forbidden=list(forbid)
+    )
+    res = run_bench(req, settings, cache_dir=cache_dir)
+    if as_json:
+        click.echo(json.dumps(res.to_dict(), indent=1))
+        return
+    g = res.gflops
+    perf = f"  {g['median']:.2f} GFLOPS (min {g['min']:.2f}, max {g['max']:.2f})" if g else ""
+    reward = "n/a" if res.reward is None else f"{res.reward:.2f}"
+    click.echo(f"{res.status}{perf}  reward {reward}" + (f"  ({res.reason})" if res.reason else ""))
+    click.echo(
+        f"  size {'x'.join(map(str, res.size))}, threads {res.threads}, "
+        f"techniques [{', '.join(res.techniques)}], cache {'hit' if res.cache_hit else 'miss'}, "
+        f"sandbox [{', '.join(res.sandbox)}]"
+    )
+
+
+@bench.command("calibrate", context_settings=CONTEXT)
+@click.option("--size", type=click.IntRange(1, 8192), help="M = N = K (default: settings, 256)")
+@click.option("--reps", type=click.IntRange(1, 1000), help="timed repetitions")
+@click.option("--threads", type=click.IntRange(1, 1024), help="OpenMP threads")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="compile cache directory")
+def calibrate_cmd(
+    size: int | None, reps: int | None, threads: int | None, cache_dir: str | None
+) -> None:
+    """Measure the roof (OpenBLAS DGEMM, trusted path) and the shipped reference kernels."""
+    settings = _settings(size, reps, threads)
+    try:
+        roof, rows, path = calibrate(settings, Problem.from_dict(None, settings),
+                                     cache_dir=cache_dir)  # fmt: skip
+    except InfraError as err:
+        raise UsageFailure(str(err)) from None
+    click.echo(f"{'kernel':<16} {'status':<14} {'GFLOPS med':>10} {'best':>8} {'% roof':>7}")
+    for r in rows:
+        med = f"{r.median:10.2f}" if r.median is not None else f"{'-':>10}"
+        best = f"{r.best:8.2f}" if r.best is not None else f"{'-':>8}"
+        pct = f"{r.percent_of_roof:6.1f}%" if r.percent_of_roof is not None else f"{'-':>7}"
+        click.echo(f"{r.kernel:<16} {r.status:<14} {med} {best} {pct}")
+    click.echo(f"roof {roof:.2f} GFLOPS stored in {path}")

@@ -1,0 +1,309 @@
+"""One benchmark request, end to end:
+
+    extract -> validate source -> build (cached; compile, inspect symbols, link)
+            -> run the driver in the sandbox -> parse its verdict -> status -> reward
+
+`run_bench` is the dataclass API; `run_request` the dict-in / dict-out contract of the handoff
+worker.  Neither raises for anything the completion does: harness failures become `infra_error`.
+Timeouts nest: compile <= compile_timeout_s, run <= run_timeout_s, both within
+request_timeout_s of the request's start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hargo_hpc.bench.build import Build, InfraError, build_kernel, compiler_version
+from hargo_hpc.bench.cache import CompileCache
+from hargo_hpc.bench.extract import extract_code
+from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
+from hargo_hpc.bench.roof import load_roof
+from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
+from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
+
+HARNESS_VERSION = "1.0.0"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A DGEMM problem: C[M x N] = A[M x K] B[K x N], plus the second verified size."""
+
+    name: str = "dgemm-256"
+    M: int = 256
+    N: int = 256
+    K: int = 256
+    check: tuple[int, int, int] = (97, 97, 97)
+
+    @property
+    def shape(self) -> str:
+        return str(self.M) if self.M == self.N == self.K else f"{self.M}x{self.N}x{self.K}"
+
+    @property
+    def flops(self) -> int:
+        """2 M N K floating-point operations per call."""
+        return 2 * self.M * self.N * self.K
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None, settings: BenchSettings) -> Problem:
+        """From a request's `problem` ({name, size | M, N, K, check_size}); defaults: settings."""
+        d = d or {}
+        size = int(d.get("size", settings.size))
+        m, n, k = (int(d.get(x, size)) for x in ("M", "N", "K"))
+        c = int(d.get("check_size", settings.check_size))
+        if min(m, n, k, c) <= 0 or max(m, n, k, c) > 1 << 14:
+            raise ValueError(f"bad problem sizes {m}x{n}x{k} / {c}")
+        name = str(d.get("name") or f"dgemm-{m if m == n == k else f'{m}x{n}x{k}'}")
+        return cls(name, m, n, k, (c, c, c))
+
+
+@dataclass
+class BenchRequest:
+    id: str
+    completion: str
+    problem: Problem = field(default_factory=Problem)
+    forbidden: list[str] = field(default_factory=list)
+    stage: int | None = None
+
+
+@dataclass
+class BenchResult:
+    """The JSON-able result record (see docs/bench.md for every field)."""
+
+    id: str
+    status: str = "infra_error"
+    reward: float | None = None
+    reason: str = ""
+    code_hash: str | None = None
+    problem: str = ""
+    size: list[int] = field(default_factory=list)
+    check_size: list[int] = field(default_factory=list)
+    gflops: dict[str, float] | None = None
+    times_s: dict[str, Any] | None = None
+    suspicious: bool = False
+    roof_gflops: float | None = None
+    threads: int = 0
+    compiler: str = ""
+    compiler_version: str = ""
+    flags: list[str] = field(default_factory=list)
+    techniques: list[str] = field(default_factory=list)
+    forbidden: list[str] = field(default_factory=list)
+    stage: int | None = None
+    cache_hit: bool = False
+    compile_s: float | None = None
+    run_s: float | None = None
+    elapsed_s: float = 0.0
+    output: str = ""
+    sandbox: list[str] = field(default_factory=list)
+    sandbox_unavailable: list[str] = field(default_factory=list)
+    harness_version: str = HARNESS_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def allocated_threads(settings: BenchSettings) -> int:
+    return settings.threads or len(os.sched_getaffinity(0))
+
+
+def run_request(
+    request: dict[str, Any], settings: BenchSettings, *, cache_dir: str | None = None
+) -> dict[str, Any]:
+    """The handoff contract: request dict (id, completion, problem?, forbidden?, stage?) ->
+    result record dict.  Never raises."""
+    rid = str(request.get("id", "")) if isinstance(request, dict) else ""
+    try:
+        req = BenchRequest(
+            id=rid,
+            completion=str(request.get("completion") or ""),
+            problem=Problem.from_dict(request.get("problem"), settings),
+            forbidden=list(request.get("forbidden") or []),
+            stage=request.get("stage"),
+        )
+    except (ValueError, TypeError, AttributeError) as err:
+        res = BenchResult(id=rid, reason=f"bad request: {err}")
+        return res.to_dict()
+    return run_bench(req, settings, cache_dir=cache_dir).to_dict()
+
+
+def run_bench(
+    req: BenchRequest,
+    settings: BenchSettings,
+    *,
+    cache_dir: str | None = None,
+    trusted_link: list[str] | None = None,
+    roof: float | None = None,
+) -> BenchResult:
+    """Benchmark one request (see module docstring).  `trusted_link` is for the project's own
+    calibration kernels only: it skips validation and links the given libraries."""
+    start = time.monotonic()
+    deadline = start + settings.request_timeout_s
+    p = req.problem
+    res = BenchResult(
+        id=req.id, problem=p.name, size=[p.M, p.N, p.K], check_size=list(p.check),
+        threads=allocated_threads(settings), compiler=settings.compiler,
+        flags=list(settings.flags), stage=req.stage,
+    )  # fmt: skip
+    try:
+        _run(req, settings, res, cache_dir, trusted_link, roof, deadline)
+    except Violation as v:
+        res.status, res.reason = "format_violation", str(v)
+    except InfraError as err:
+        res.status, res.reason = "infra_error", str(err)
+    except Exception as err:  # a harness bug must not take the worker down
+        res.status = "infra_error"
+        res.reason = f"harness error: {type(err).__name__}: {err}"
+        res.output = traceback.format_exc()[-settings.output_cap_bytes :]
+    if res.status == "ok":
+        res.suspicious = is_suspicious(res.gflops["median"], res.roof_gflops, settings)
+        res.reward = 0.0 if res.suspicious else shaped_reward(
+            res.gflops["median"], res.roof_gflops, settings
+        )
+        if res.suspicious:
+            res.reason = f"{res.gflops['median']:.1f} GFLOPS is above the roof: not rewarded"
+    else:
+        res.reward = penalty(res.status, settings)
+    res.elapsed_s = round(time.monotonic() - start, 4)
+    return res
+
+
+def _run(
+    req: BenchRequest,
+    settings: BenchSettings,
+    res: BenchResult,
+    cache_dir: str | None,
+    trusted_link: list[str] | None,
+    roof: float | None,
+    deadline: float,
+) -> None:
+    try:
+        res.forbidden = normalise_forbidden(req.forbidden)
+    except ValueError as err:
+        raise InfraError(f"bad request: {err}") from None
+    extracted = extract_code(req.completion)
+    if extracted is None:
+        raise Violation("no C code in the completion")
+    code = extracted.code
+    res.code_hash = hashlib.sha256(code.encode()).hexdigest()
+    res.techniques = detect_techniques(code)
+    if trusted_link is None:
+        check_source(code, extracted.language)
+        check_forbidden(res.techniques, res.forbidden)
+    res.compiler_version = compiler_version(settings.compiler)
+    cache = CompileCache(cache_dir or settings.cache_dir or None)
+    budget = min(settings.compile_timeout_s, deadline - time.monotonic())
+    build = build_kernel(code, settings, cache, timeout_s=budget, trusted_link=trusted_link)
+    res.cache_hit, res.compile_s, res.output = build.cache_hit, round(build.seconds, 4), build.output
+    if build.verdict != "built":
+        res.status, res.reason = build.verdict, build.reason
+        return
+    budget = min(settings.run_timeout_s, deadline - time.monotonic())
+    if budget <= 0:
+        res.status, res.reason = "timeout", "the request's time budget ran out before the run"
+        return
+    _execute(build, req.problem, settings, res, budget)
+    if res.status == "ok":
+        res.roof_gflops = roof or settings.roof_gflops or _roof(settings, res, cache_dir)
+
+
+def _roof(settings: BenchSettings, res: BenchResult, cache_dir: str | None) -> float | None:
+    m, n, k = res.size
+    shape = str(m) if m == n == k else f"{m}x{n}x{k}"
+    found = load_roof(res.threads, shape)
+    if found is None and settings.auto_calibrate:
+        from hargo_hpc.bench.calibrate import measure_roof
+
+        found = measure_roof(settings, Problem(M=m, N=n, K=k, check=tuple(res.check_size)),
+                             cache_dir=cache_dir)  # fmt: skip
+    return found
+
+
+def _execute(
+    build: Build, p: Problem, settings: BenchSettings, res: BenchResult, timeout: float
+) -> None:
+    """Run the linked driver+kernel once in a fresh directory and turn its verdict into status."""
+    t = res.threads
+    workdir = tempfile.mkdtemp(prefix="hargo-run-")
+    try:
+        binary = os.path.join(workdir, "gemm.bin")
+        shutil.copyfile(build.binary, binary)
+        os.chmod(binary, 0o755)
+        omp = {"OMP_NUM_THREADS": str(t), "OMP_THREAD_LIMIT": str(t), "OMP_PROC_BIND": "close",
+               "OMP_DYNAMIC": "false", "OPENBLAS_NUM_THREADS": str(t)}  # fmt: skip
+        if os.environ.get("OPENBLAS_CORETYPE"):
+            omp["OPENBLAS_CORETYPE"] = os.environ["OPENBLAS_CORETYPE"]
+        limits = Limits(
+            wall_s=timeout,
+            cpu_s=int(timeout * t) + 1,
+            address_space_mb=settings.memory_limit_mb,
+            processes=settings.max_processes,
+            file_size_bytes=settings.output_limit_bytes,
+            open_files=32,
+            stack_mb=8,
+        )
+        argv = [binary, str(p.M), str(p.N), str(p.K), *map(str, p.check),
+                str(settings.warmup), str(settings.repetitions), str(settings.seed)]  # fmt: skip
+        out = run_sandboxed(
+            argv, workdir, limits, base_env(workdir, omp), user=settings.sandbox_user,
+            channel_fd=True, output_cap=settings.output_cap_bytes,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    res.run_s = round(out.wall_s, 4)
+    lines = out.channel.splitlines()
+    res.sandbox = [*out.layers, *(["seccomp"] if "SANDBOX seccomp=on" in lines else [])]
+    res.sandbox_unavailable = list(out.unavailable)
+    if "SANDBOX seccomp=off" in lines:
+        res.sandbox_unavailable.append("seccomp (not supported on this machine)")
+    if out.output:
+        res.output = (res.output + "\n" if res.output else "") + out.output
+    ready = "READY" in lines
+    verdict = next((ln[7:] for ln in lines if ln.startswith("RESULT ")), None)
+    if out.timed_out:
+        res.status, res.reason = "timeout", f"run exceeded {timeout:g} s (process group killed)"
+    elif out.signal == signal.SIGXCPU:
+        res.status, res.reason = "timeout", "CPU-time limit exceeded"
+    elif out.signal == signal.SIGXFSZ:
+        res.status = "runtime_error"
+        res.reason = f"output over {settings.output_limit_bytes} bytes (killed)"
+    elif out.signal == signal.SIGSYS:
+        res.status, res.reason = "runtime_error", "forbidden system call (killed by seccomp)"
+    elif out.signal is not None:
+        res.status = "runtime_error"
+        res.reason = f"killed by {signal.Signals(out.signal).name}"
+    elif not ready:
+        infra = next((ln[6:] for ln in lines if ln.startswith("INFRA ")), None)
+        res.status = "infra_error"
+        res.reason = infra or f"the driver did not start (exit status {out.returncode})"
+    elif verdict == "ok" and out.returncode == 0:
+        times = [float(ln.split()[1]) for ln in lines if ln.startswith("TIME ")]
+        if len(times) != settings.repetitions or min(times) <= 0:
+            res.status, res.reason = "runtime_error", "the driver's timing record is damaged"
+            return
+        med = statistics.median(times)
+        res.times_s = {"median": med, "min": min(times), "max": max(times), "all": times}
+        res.gflops = {
+            "median": round(p.flops / med / 1e9, 4),
+            "min": round(p.flops / max(times) / 1e9, 4),
+            "max": round(p.flops / min(times) / 1e9, 4),
+        }
+        res.status = "ok"
+    elif verdict is not None and verdict.startswith(("wrong", "inputs")):
+        res.status, res.reason = "wrong_result", verdict.removeprefix("wrong ")
+    elif verdict is not None and verdict.startswith("memory"):
+        res.status, res.reason = "runtime_error", verdict.removeprefix("memory ")
+    elif out.returncode == 0:
+        res.status = "runtime_error"
+        res.reason = "the process exited before the harness finished (exit() in the kernel?)"
+    else:
+        res.status, res.reason = "runtime_error", f"exit status {out.returncode}"

@@ -1,0 +1,233 @@
+"""Run one command under the harness's isolation layers, with a wall-clock limit.
+
+Layers (each listed in the result record when in force; see docs/bench.md for what each stops):
+
+``tempdir``  a fresh empty directory owned by the run, removed afterwards; the cwd, $HOME, $TMPDIR.
+``pgroup``   its own session/process group; the whole group gets SIGKILL at the wall-clock limit
+             and again after a normal exit (stragglers).
+``env``      a scrubbed environment (PATH, LANG, and what the harness sets; nothing inherited).
+``rlimits``  address space, CPU seconds, processes, file size, open files, no core files.
+``netns``    a new, empty network namespace (only loopback, down) - needs root or user namespaces.
+``uid``      when the worker runs as root: setgroups([]), setgid/setuid to an unprivileged user
+             (default ``nobody``); the run directory is handed to that user.
+``seccomp``  set by the driver itself (driver.c) right before the first kernel call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import resource
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed command."""
+
+    wall_s: float
+    cpu_s: int
+    address_space_mb: int
+    processes: int = 256
+    file_size_bytes: int = 64 << 20
+    open_files: int = 64
+    stack_mb: int = 8
+
+
+@dataclass
+class Outcome:
+    """What happened: exit status or signal, wall time, captured output (capped)."""
+
+    returncode: int | None
+    signal: int | None
+    timed_out: bool
+    wall_s: float
+    output: str
+    output_bytes: int
+    channel: str = ""
+    layers: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+
+
+def _libc_unshare():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.unshare
+    except (OSError, AttributeError):
+        return None
+
+
+_UNSHARE = _libc_unshare()
+
+
+def probe_netns() -> str | None:
+    """Which unshare flags give a private network namespace here (None = not available)."""
+    if _UNSHARE is None:
+        return None
+    for flags, name in ((CLONE_NEWNET, "root"), (CLONE_NEWUSER | CLONE_NEWNET, "userns")):
+        if os.geteuid() != 0 and name == "root":
+            continue
+        try:
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:  # pragma: no cover - child
+            os._exit(0 if _UNSHARE(flags) == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            return name
+    return None
+
+
+_NETNS: str | None | bool = False  # False = not probed yet
+
+
+def netns_mode() -> str | None:
+    global _NETNS
+    if _NETNS is False:
+        _NETNS = probe_netns()
+    return _NETNS  # type: ignore[return-value]
+
+
+def sandbox_ids(user: str) -> tuple[int, int] | None:
+    """(uid, gid) to drop to, when running as root and `user` exists."""
+    if os.geteuid() != 0 or not user:
+        return None
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return pw.pw_uid, pw.pw_gid
+
+
+def run_sandboxed(
+    argv: Sequence[str],
+    workdir: str,
+    limits: Limits,
+    env: dict[str, str],
+    *,
+    user: str = "nobody",
+    network: bool = False,
+    channel_fd: bool = False,
+    output_cap: int = 4096,
+) -> Outcome:
+    """Run `argv` in `workdir` under the layers above; never raises for the command's behaviour.
+
+    stdout and stderr go to `workdir/output.txt` (RLIMIT_FSIZE bounds it); with `channel_fd` the
+    file `workdir/channel.txt` is open as fd 3 for the driver's verdict.
+    """
+    layers = ["tempdir", "pgroup", "env", "rlimits"]
+    unavailable: list[str] = []
+    ids = sandbox_ids(user)
+    if ids:
+        os.chown(workdir, *ids)
+        layers.append(f"uid:{user}")
+    else:
+        unavailable.append("uid (worker is not root)" if os.geteuid() else f"uid (no user {user})")
+    ns = None if network else netns_mode()
+    if ns:
+        layers.append("netns")
+    elif not network:
+        unavailable.append("netns (no namespaces here)")
+
+    out_path = os.path.join(workdir, "output.txt")
+    chan_path = os.path.join(workdir, "channel.txt")
+    out = open(out_path, "wb")  # noqa: SIM115 - closed below
+    chan = open(chan_path, "wb") if channel_fd else None  # noqa: SIM115
+    chan_fd = chan.fileno() if chan else -1
+    flags = {"root": CLONE_NEWNET, "userns": CLONE_NEWUSER | CLONE_NEWNET}.get(ns or "", 0)
+    unshare = _UNSHARE
+
+    def child_setup() -> None:  # runs in the child between fork and exec
+        if flags and unshare is not None and unshare(flags) != 0:
+            os._exit(121)
+        for res, value in (
+            (resource.RLIMIT_AS, limits.address_space_mb << 20),
+            (resource.RLIMIT_CPU, max(1, limits.cpu_s)),
+            (resource.RLIMIT_NPROC, limits.processes),
+            (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+            (resource.RLIMIT_NOFILE, limits.open_files),
+            (resource.RLIMIT_STACK, limits.stack_mb << 20),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(res, (value, value))
+        if chan_fd >= 0:
+            if chan_fd == 3:
+                os.set_inheritable(3, True)
+            else:
+                os.dup2(chan_fd, 3, inheritable=True)
+        if ids:
+            os.setgroups([])
+            os.setgid(ids[1])
+            os.setuid(ids[0])
+
+    start = time.monotonic()
+    timed_out = False
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=child_setup,  # noqa: PLW1509 - single-threaded use is documented
+            pass_fds=(3,) if channel_fd else (),
+            close_fds=True,
+        )
+    finally:
+        out.close()
+        if chan:
+            chan.close()
+    try:
+        proc.wait(timeout=limits.wall_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    _kill_group(proc.pid)
+    proc.wait()
+    wall = time.monotonic() - start
+    rc = proc.returncode
+    size = os.path.getsize(out_path)
+    with open(out_path, "rb") as fh:
+        text = fh.read(output_cap).decode("utf-8", "replace")
+    if size > output_cap:
+        text += f"\n[... {size - output_cap} more bytes]"
+    channel = ""
+    if channel_fd:
+        with open(chan_path, "rb") as fh:
+            channel = fh.read(1 << 20).decode("utf-8", "replace")
+    return Outcome(
+        returncode=rc if rc is not None and rc >= 0 else None,
+        signal=-rc if rc is not None and rc < 0 else None,
+        timed_out=timed_out,
+        wall_s=wall,
+        output=text,
+        output_bytes=size,
+        channel=channel,
+        layers=layers,
+        unavailable=unavailable,
+    )
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def base_env(workdir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment: nothing from the worker but what is named here."""
+    env = {"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C", "HOME": workdir, "TMPDIR": workdir}
+    env.update(extra or {})
+    return env

@@ -1,0 +1,80 @@
+"""Static detection of optimisation techniques in a kernel's source (used by SQD and reports).
+
+Names: ``openmp`` (threading: ``#pragma omp parallel/for/task...`` or ``omp_*`` calls),
+``simd`` (intrinsics headers/types/calls, ``#pragma omp simd``, ``#pragma GCC ivdep``, vector
+extensions), ``blocking`` (loops stepping by a block/tile size, or inner bounds ``ii + BS``),
+``unrolling`` (``#pragma unroll``/``GCC unroll`` or a loop stepping by a literal 2..16 whose body
+indexes ``[x + 1]``, ``[x + 2]`` ...).  The detector reads the code with comments and strings
+removed; it is a heuristic, deliberately simple, and documented as such.
+"""
+
+from __future__ import annotations
+
+import re
+
+TECHNIQUES = ("openmp", "simd", "blocking", "unrolling")
+ALIASES = {
+    "openmp": "openmp", "omp": "openmp", "threads": "openmp", "threading": "openmp",
+    "parallel": "openmp", "multithreading": "openmp",
+    "simd": "simd", "vectorization": "simd", "vectorisation": "simd", "intrinsics": "simd",
+    "blocking": "blocking", "tiling": "blocking", "cache_blocking": "blocking",
+    "register_blocking": "blocking", "loop_tiling": "blocking",
+    "unrolling": "unrolling", "unroll": "unrolling", "loop_unrolling": "unrolling",
+}  # fmt: skip
+
+COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
+OMP_THREADING = re.compile(
+    r"#\s*pragma\s+omp\s+(?:parallel|for|task|taskloop|sections|single|teams|distribute)\b"
+    r"|\bomp_(?:set|get)_\w+\s*\("
+)
+SIMD = re.compile(
+    r"#\s*include\s*<\s*(?:imm|x86|emm|xmm|pmm|tmm|smm|nmm|wmm|zmm|ammint|arm_neon|arm_sve)\w*\.h\s*>"
+    r"|\b_mm(?:256|512)?_\w+\s*\(|\b__m(?:128|256|512)[di]?\b"
+    r"|#\s*pragma\s+omp\s+(?:[\w ]*\s)?simd\b|#\s*pragma\s+GCC\s+ivdep|\bvector_size\s*\("
+    r"|\bsv(?:float|int)\w*_t\b|\bfloat64x\d_t\b"
+)
+BLOCK_NAME = r"(?:[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC)[A-Za-z0-9_]*|[a-z_]*(?:block|tile|blk|bs)[a-z0-9_]*)"
+BLOCKING = re.compile(
+    rf"for\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(?:{BLOCK_NAME}|[A-Z][A-Z0-9_]*)\s*\)"
+    rf"|<\s*\w+\s*\+\s*{BLOCK_NAME}|\b(?:MIN|min)\s*\(\s*\w+\s*\+\s*\w+\s*,"
+)
+UNROLL_PRAGMA = re.compile(r"#\s*pragma\s+(?:GCC\s+)?unroll\b")
+LITERAL_STEP = re.compile(r"for\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(\d+)\s*\)")
+OFFSET_INDEX = re.compile(r"\[\s*[^\]]*\+\s*(\d+)\s*\]")
+
+
+def strip_comments(code: str) -> str:
+    """The code without comments and string literals (so that prose does not count)."""
+    return STRINGS.sub('""', COMMENTS.sub(" ", code))
+
+
+def detect_techniques(code: str) -> list[str]:
+    """The techniques `code` uses, in the order of TECHNIQUES."""
+    src = strip_comments(code)
+    found = set()
+    if OMP_THREADING.search(src):
+        found.add("openmp")
+    if SIMD.search(src):
+        found.add("simd")
+    if BLOCKING.search(src):
+        found.add("blocking")
+    steps = {int(s) for s in LITERAL_STEP.findall(src)}
+    offsets = {int(s) for s in OFFSET_INDEX.findall(src)}
+    if UNROLL_PRAGMA.search(src) or (
+        any(2 <= s <= 16 for s in steps) and {1, 2} <= offsets
+    ):
+        found.add("unrolling")
+    return [t for t in TECHNIQUES if t in found]
+
+
+def normalise_forbidden(names: list[str] | None) -> list[str]:
+    """Canonical technique names of an SQD `forbidden` list; raises ValueError on unknown ones."""
+    out = []
+    for name in names or []:
+        key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+        if key not in ALIASES:
+            raise ValueError(f"unknown technique {name!r} (known: {', '.join(TECHNIQUES)})")
+        if ALIASES[key] not in out:
+            out.append(ALIASES[key])
+    return out

@@ -1,0 +1,151 @@
+"""Validation: what makes a completion a `format_violation`, before and after compiling.
+
+Before compiling (`check_source`): C++ instead of C; includes other than `<system headers>`
+outside the forbidden list; a missing or wrongly typed ``gemm``; SQD-forbidden techniques.
+
+After compiling the kernel alone (`check_object`, on ``nm -P`` and ``readelf -S`` output):
+  - the only defined global symbol is ``gemm``, of type T (not weak, not an IFUNC); everything
+    else must be static (a kernel's own ``clock_gettime``, ``main`` or ``omp_get_wtime`` is out);
+  - every undefined symbol is on the allow-list (libm, OpenMP runtime, memory functions and
+    allocation, stdio output to the already-open streams, a few runtime helpers);
+    a BLAS symbol is reported as such;
+  - no constructor/destructor sections (``.init_array``, ``.fini_array``, ``.preinit_array``,
+    ``.ctors``, ``.dtors``, ``.init``, ``.fini``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hargo_hpc.bench.techniques import strip_comments
+
+KERNEL = "gemm"
+SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+
+FORBIDDEN_HEADERS = re.compile(
+    r"^(?:cblas|lapacke?|mkl.*|openblas.*|blis.*|f77blas|clapack|dlfcn|spawn|netdb|ifaddrs|"
+    r"sys/(?:socket|ptrace|syscall|mman|wait|prctl|resource|ipc|shm|msg|sem|stat|file|ioctl)|"
+    r"syscall|fcntl|signal|setjmp|pthread|threads|sched|netinet/.*|arpa/.*|linux/.*|asm/.*)\.h$"
+)
+CPP_MARKERS = re.compile(
+    r"\bstd::|\btemplate\s*<|\bnamespace\s+\w|\bclass\s+\w+\s*[{:]|extern\s+\"C\"|\bnullptr\b"
+    r"|\bstatic_cast\s*<|\breinterpret_cast\s*<|#\s*include\s*<(?:iostream|vector|algorithm|"
+    r"cstdio|cstdlib|cmath|cstring|string|memory|thread|array|chrono)>|\bnew\s+\w+\s*\["
+)
+INCLUDE = re.compile(r"^\s*#\s*(include|include_next|import|embed)\b\s*(.*)$", re.MULTILINE)
+DEFINITION = re.compile(r"\b(\w[\w\s\*]*?)\bgemm\s*\(([^;{)]*)\)\s*\{", re.DOTALL)
+EXPECTED_PARAMS = ["int", "int", "int", "const double*", "const double*", "double*"]
+QUALIFIERS = {"restrict", "__restrict", "__restrict__", "register"}
+CTOR_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
+
+LIBM = {
+    base + suffix
+    for base in (
+        "sqrt fabs fma fmin fmax floor ceil round trunc exp exp2 expm1 log log2 log10 log1p pow "
+        "sin cos tan asin acos atan atan2 sinh cosh tanh hypot cbrt copysign nearbyint rint lround "
+        "llround lrint ldexp frexp modf fmod erf erfc"
+    ).split()
+    for suffix in ("", "f", "l")
+}
+ALLOWED_UNDEFINED = LIBM | {
+    "malloc", "calloc", "realloc", "free", "aligned_alloc", "posix_memalign", "memalign",
+    "valloc", "memcpy", "memmove", "memset", "memcmp", "__memcpy_chk", "__memmove_chk",
+    "__memset_chk", "__stack_chk_fail", "__assert_fail", "abort", "exit", "__errno_location",
+    "printf", "puts", "putchar", "fprintf", "fputs", "fputc", "putc", "fwrite", "fflush",
+    "stdout", "stderr", "__printf_chk", "__fprintf_chk", "sprintf", "snprintf",
+    "__sprintf_chk", "__snprintf_chk", "abs", "labs", "llabs", "qsort",
+    "_GLOBAL_OFFSET_TABLE_", "__cpu_model", "__cpu_indicator_init",
+}  # fmt: skip
+ALLOWED_PREFIXES = ("omp_", "GOMP_", "__kmpc_")
+BLAS = re.compile(r"cblas|dgemm|sgemm|openblas|^mkl_|^bli_|^blas", re.IGNORECASE)
+
+
+class Violation(Exception):
+    """A format violation, with a one-line reason."""
+
+
+def check_source(code: str, language: str = "c") -> None:
+    """Raise Violation when `code` breaks the kernel contract before compiling."""
+    src = strip_comments(code)
+    if language != "c" or CPP_MARKERS.search(src):
+        raise Violation("the code is C++, not C")
+    for directive, rest in INCLUDE.findall(src):
+        if directive != "include":
+            raise Violation(f"#{directive} is not allowed")
+        m = re.match(r"<\s*([A-Za-z0-9_./+-]+)\s*>", rest.strip())
+        if not m:
+            raise Violation(f"only #include <system header> is allowed, not {rest.strip()[:60]!r}")
+        header = m.group(1)
+        if header.startswith("/") or ".." in header or FORBIDDEN_HEADERS.match(header):
+            raise Violation(f"forbidden header <{header}>")
+    if re.search(r"\bmain\s*\([^;]*\)\s*\{", src):
+        raise Violation("the code defines main; the harness owns it")
+    if re.search(r"__attribute__\s*\(\(\s*[^)]*\b(?:constructor|destructor|ifunc)\b", src):
+        raise Violation("constructors, destructors and ifunc resolvers are not allowed")
+    definitions = DEFINITION.findall(src)
+    if not definitions:
+        raise Violation(f"no definition of {SIGNATURE}")
+    ret, params = definitions[-1]
+    ret_words = ret.split()
+    if not ret_words or ret_words[-1] != "void" or "static" in ret_words:
+        raise Violation(f"gemm must be declared as {SIGNATURE}")
+    got = [normalise_param(p) for p in params.split(",")]
+    if got != EXPECTED_PARAMS:
+        raise Violation(f"gemm has parameters ({', '.join(got)}); expected {SIGNATURE}")
+
+
+def normalise_param(param: str) -> str:
+    """'const double *restrict A' -> 'const double*'; 'const int M' -> 'int'."""
+    text = param.replace("*", " * ").replace("[", " [ ").replace("]", " ] ")
+    words = [w for w in text.split() if w not in QUALIFIERS]
+    if words and words[-1] == "]" and "[" in words:  # double A[] -> double *A
+        cut = words.index("[")
+        words = [*words[: cut - 1], "*", words[cut - 1]]
+    if len(words) >= 2 and re.fullmatch(r"[A-Za-z_]\w*", words[-1]) and words[-1] not in {
+        "int", "double", "const", "void", "float", "long", "char",
+    }:
+        words = words[:-1]  # drop the parameter name
+    while words and words[-1] == "const":  # double *const A
+        words = words[:-1]
+    stars = words.count("*")
+    base = [w for w in words if w != "*"]
+    if stars == 0:
+        base = [w for w in base if w != "const"]
+    return " ".join(base) + "*" * stars
+
+
+def check_forbidden(techniques: list[str], forbidden: list[str]) -> None:
+    """SQD hook: raise Violation when a detected technique is forbidden for this problem."""
+    used = [t for t in techniques if t in forbidden]
+    if used:
+        raise Violation(f"uses technique(s) forbidden at this stage: {', '.join(used)}")
+
+
+def check_object(nm_output: str, sections: list[str]) -> None:
+    """Raise Violation when the compiled kernel object defines or needs the wrong symbols.
+
+    `nm_output` is ``nm -P`` (name type [value size]); `sections` the section names.
+    """
+    kernel_type = None
+    for line in nm_output.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind in "Uwv":
+            if name in ALLOWED_UNDEFINED or name.startswith(ALLOWED_PREFIXES):
+                continue
+            if BLAS.search(name):
+                raise Violation(f"calls a BLAS ({name}); the kernel must compute the product")
+            raise Violation(f"uses {name}, which is not on the allow-list")
+        if name == KERNEL:
+            kernel_type = kind
+        elif kind.isupper() or kind in "uiV":
+            raise Violation(f"defines global symbol {name}; only gemm may be global")
+    if kernel_type is None:
+        raise Violation("the object defines no gemm")
+    if kernel_type != "T":
+        raise Violation(f"gemm must be an ordinary global function (nm type {kernel_type})")
+    for sec in sections:
+        if sec.startswith(CTOR_SECTIONS) or sec in (".init", ".fini"):
+            raise Violation(f"section {sec}: constructors and destructors are not allowed")

@@ -1,0 +1,188 @@
+"""Command line of the handoff: the `hargo handoff` group and the `hargo worker` command.
+
+Registered by `hargo_hpc.cli` (`main.add_command(handoff)`, `main.add_command(worker)`).
+Thin: parse, call the library, format.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.handoff import retention, schema
+from hargo_hpc.handoff.errors import HandoffError
+from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.handoff.status import gather, render
+from hargo_hpc.handoff.trainer import Trainer
+
+_DIR = click.Path(file_okay=False)
+
+
+@click.group(context_settings=CONTEXT)
+def handoff() -> None:
+    """Inspect and maintain a handoff directory (trainer <-> bench workers)."""
+
+
+@handoff.command("status", context_settings=CONTEXT)
+@click.argument("directory", type=_DIR)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@click.option("--all-workers", is_flag=True, help="also list workers that are gone")
+def handoff_status(directory: str, as_json: bool, all_workers: bool) -> None:
+    """Queued / claimed / done / failed per step, live workers, oldest pending request."""
+    status = _call(gather, directory)
+    if as_json:
+        click.echo(json.dumps(status.to_dict(), indent=2))
+    else:
+        click.echo(render(status, all_workers=all_workers))
+
+
+@handoff.command("compact", context_settings=CONTEXT)
+@click.argument("directory", type=_DIR)
+@click.option("--step", "steps", type=click.IntRange(min=0), multiple=True,
+              help="compact this step (repeatable); default: every closed step")
+def handoff_compact(directory: str, steps: tuple[int, ...]) -> None:
+    """Merge the results of closed steps into one file each."""
+    _require_dir(directory)
+    if steps:
+        done = [_call(retention.compact, directory, step) for step in steps]
+    else:
+        done = _call(retention.compact_closed, directory)
+    for item in done:
+        extra = f", {item.skipped} unreadable skipped" if item.skipped else ""
+        click.echo(f"step {item.step}: {item.results} results, {item.duplicates} duplicates, "
+                   f"{item.failed_attempts} failed attempts{extra}")
+    if not done:
+        click.echo("nothing to compact")
+
+
+@handoff.command("prune", context_settings=CONTEXT)
+@click.argument("directory", type=_DIR)
+@click.option("--keep", type=click.IntRange(min=0), required=True,
+              help="keep the newest KEEP steps; older closed steps are deleted")
+@click.option("--dry-run", is_flag=True, help="only say what would be deleted")
+def handoff_prune(directory: str, keep: int, dry_run: bool) -> None:
+    """Delete old closed steps; steps a trainer has not closed are never deleted."""
+    _require_dir(directory)
+    pruned, left = _call(retention.prune, directory, keep, dry_run=dry_run)
+    verb = "would prune" if dry_run else "pruned"
+    click.echo(f"{verb} {len(pruned)} step(s)" + (f": {_steps(pruned)}" if pruned else ""))
+    if left:
+        click.echo(f"kept {len(left)} old step(s) that are not closed: {_steps(left)}")
+
+
+@handoff.command("stop", context_settings=CONTEXT)
+@click.argument("directory", type=_DIR)
+@click.option("--reason", default="stopped by hand", show_default=True)
+def handoff_stop(directory: str, reason: str) -> None:
+    """Write the stop sentinel: every worker exits at its next look."""
+    trainer = _call(Trainer, directory, create=False, progress=False)
+    _call(trainer.stop, reason)
+    click.echo(f"stop sentinel written in {directory}")
+
+
+@handoff.command("schema", context_settings=CONTEXT)
+@click.argument("kind", required=False, type=click.Choice(sorted(schema.KINDS)))
+def handoff_schema(kind: str | None) -> None:
+    """Print the JSON Schema of every handoff file kind (or of KIND)."""
+    schemas = schema.json_schemas()
+    click.echo(json.dumps(schemas[kind] if kind else schemas, indent=2))
+
+
+@click.command("worker", context_settings=CONTEXT)
+@click.option("--handoff", "directory", type=_DIR, required=True, help="the handoff directory")
+@click.option("--max-idle", type=click.FloatRange(min=0, min_open=True),
+              help="exit after this many seconds without work [handoff.worker_max_idle_s]")
+@click.option("--max-requests", type=click.IntRange(min=1), help="exit after N requests")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="requests benchmarked at once [handoff.worker_threads]")
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True),
+              help="lease in seconds [handoff.lease_s]")
+@click.option("--max-attempts", type=click.IntRange(min=1),
+              help="infra failures before infra_error [handoff.max_attempts]")
+@click.option("--config", "job", type=click.Path(dir_okay=False),
+              help="experiment file: its [handoff] and [bench] sections")
+@click.option("--workload", metavar="MODULE:FUNCTION",
+              help="a callable request -> record instead of the real bench")
+@click.option("--worker-id", help="default: Slurm array job/task or job id, host, pid")
+@click.option("-q", "--quiet", is_flag=True, help="log warnings and errors only")
+def worker(
+    directory: str, max_idle: float | None, max_requests: int | None, threads: int | None,
+    lease: float | None, max_attempts: int | None, job: str | None, workload: str | None,
+    worker_id: str | None, quiet: bool,
+) -> None:
+    """Claim, benchmark and answer requests of a handoff directory until told to stop.
+
+    Exits on the stop sentinel, when idle too long, after --max-requests, or on SIGTERM /
+    SIGUSR1 (its claims are released first, so other workers take them over at once).
+    """
+    from hargo_hpc.handoff.worker import Worker, bench_workload
+
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings, bench = _settings(job)
+    updates: dict[str, Any] = {}
+    if lease is not None:
+        updates["lease_s"] = lease
+    if max_attempts is not None:
+        updates["max_attempts"] = max_attempts
+    settings = settings.model_copy(update=updates)
+    run = _load_workload(workload) if workload else _call(bench_workload, bench)
+    try:
+        reason = Worker(
+            directory, run, settings=settings,
+            threads=threads or settings.worker_threads,
+            max_idle_s=max_idle, max_requests=max_requests, worker_id=worker_id,
+        ).run()
+    except HandoffError as err:
+        raise UsageFailure(str(err)) from None
+    click.echo(f"worker stopped: {reason}", err=True)
+
+
+def _settings(job: str | None) -> tuple[HandoffSettings, Any]:
+    if not job:
+        return HandoffSettings(), None
+    from hargo_hpc.config import ConfigError, load_config
+
+    try:
+        config = load_config(job)
+    except ConfigError as err:
+        raise UsageFailure(str(err)) from None
+    return config.handoff, config.bench
+
+
+def _load_workload(spec: str) -> Any:
+    module_name, _, name = spec.partition(":")
+    try:
+        target = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise UsageFailure(f"--workload {spec}: cannot load it ({err})") from None
+    if not callable(target):
+        raise UsageFailure(f"--workload {spec}: not callable")
+    return target
+
+
+def _require_dir(directory: str) -> None:
+    from pathlib import Path
+
+    if not Path(directory).is_dir():
+        raise UsageFailure(f"handoff directory {directory} does not exist")
+
+
+def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return function(*args, **kwargs)
+    except (HandoffError, ValueError) as err:
+        raise UsageFailure(str(err)) from None
+
+
+def _steps(steps: list[int]) -> str:
+    shown = ", ".join(str(s) for s in steps[:20])
+    return shown + (f" and {len(steps) - 20} more" if len(steps) > 20 else "")

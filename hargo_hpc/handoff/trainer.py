@@ -1,0 +1,319 @@
+"""The trainer's side: submit one step's requests, poll its results as they arrive.
+
+- `submit(step, requests)` writes `steps/step-N/requests.json` once (exclusively). A restarted
+  trainer submitting the same ids again gets the stored batch back, and finished requests are
+  not run again.
+- `poll(step, ids, timeout)` yields one record per id as results arrive, then an `infra_error`
+  record for every straggler at the timeout. The timeout record is written as the request's
+  result through the same first-wins link as a worker's, so a restarted trainer (or a late
+  worker) sees the same outcome: polling is idempotent. `infra_error` records carry
+  `scored: false`; the trainer drops them from the loss instead of scoring them.
+- Each poll lists only the step's `results/` directory and reads only names it has not read
+  before, so its cost grows with new files, not with every file of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from hargo_hpc.handoff import schema
+from hargo_hpc.handoff.atomic import create_exclusive, describe, read_json, write_atomic
+from hargo_hpc.handoff.claims import scan_claims
+from hargo_hpc.handoff.errors import HandoffError, SchemaError
+from hargo_hpc.handoff.layout import Layout, parse_result_name
+from hargo_hpc.handoff.progress import StepProgress
+from hargo_hpc.handoff.settings import HandoffSettings
+
+log = logging.getLogger("hargo_hpc.handoff.trainer")
+
+TRAINER_ID = "trainer"
+
+
+class Trainer:
+    """Submits requests to, and collects results from, one handoff directory."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        settings: HandoffSettings | None = None,
+        *,
+        progress: bool = True,
+        stream: IO[str] | None = None,
+        create: bool = True,
+    ) -> None:
+        self.settings = settings or HandoffSettings()
+        self.layout = Layout(root)
+        self.progress = progress
+        self.stream = stream
+        self.counts: Counter[str] = Counter()
+        self._batches: dict[int, list[dict[str, Any]]] = {}
+        self._seen: dict[int, set[str]] = {}
+        self._results: dict[int, dict[str, dict[str, Any]]] = {}
+        self._id_sets: dict[int, set[str]] = {}
+        if create:
+            for path in (self.layout.steps, self.layout.workers):
+                try:
+                    path.mkdir(parents=True, exist_ok=True)
+                except OSError as err:
+                    raise describe(err, "create", path) from None
+        elif not self.layout.root.is_dir():
+            raise HandoffError(f"handoff directory {self.layout.root} does not exist")
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, step: int, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write the step's batch (once); return the batch as stored."""
+        items = [self._request(step, i, r) for i, r in enumerate(requests)]
+        ids = [r.id for r in items]
+        if len(set(ids)) != len(ids):
+            dup = next(rid for rid in ids if ids.count(rid) > 1)
+            raise ValueError(f"step {step}: request id {dup!r} appears twice")
+        path = self.layout.requests(step)
+        if not path.exists():
+            step_dir = self.layout.step(step)
+            for sub in (step_dir, self.layout.claims(step), self.layout.results(step),
+                        self.layout.duplicates(step)):
+                try:
+                    sub.mkdir(parents=True, exist_ok=True)
+                except OSError as err:
+                    raise describe(err, "create", sub) from None
+            batch = schema.RequestBatch(step=step, created_at=time.time(), requests=items)
+            if create_exclusive(path, schema.dump(batch), fsync=self.settings.fsync):
+                self._batches[step] = [_plain(r) for r in items]
+                return self._batches[step]
+        stored = self.requests(step)
+        if [r["id"] for r in stored] != ids:
+            raise HandoffError(
+                f"step {step} already holds a different batch ({len(stored)} requests); "
+                "a restarted trainer must resubmit the same ids"
+            )
+        log.info("step %d was already submitted; keeping the stored batch", step)
+        return stored
+
+    @staticmethod
+    def _request(step: int, index: int, request: dict[str, Any]) -> schema.Request:
+        try:
+            return schema.Request.model_validate(request)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "request"
+            raise ValueError(f"step {step}: request #{index}: {where}: {first['msg']}") from None
+
+    def requests(self, step: int) -> list[dict[str, Any]]:
+        """The stored batch of `step` (HandoffError when the step was never submitted)."""
+        if step not in self._batches:
+            path = self.layout.requests(step)
+            try:
+                batch = schema.parse(schema.RequestBatch, read_json(path), path)
+            except FileNotFoundError:
+                if self.layout.compacted(step).exists():
+                    return self._compacted_requests(step)
+                raise HandoffError(f"step {step} was never submitted ({path} missing)") from None
+            self._batches[step] = [_plain(r) for r in batch.requests]
+        return self._batches[step]
+
+    def _compacted_requests(self, step: int) -> list[dict[str, Any]]:
+        self._ingest(step)
+        return [{"id": rid} for rid in self._results.get(step, {})]
+
+    # ------------------------------------------------------------------ results
+
+    def poll(
+        self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Yield one record per id as results arrive; stragglers become `infra_error`."""
+        known = [r["id"] for r in self.requests(step)]
+        wanted = list(ids) if ids is not None else known
+        unknown = set(wanted) - set(known)
+        if unknown:
+            raise ValueError(f"step {step}: not submitted: {', '.join(sorted(unknown)[:5])}")
+        timeout = self.settings.step_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        pending = set(wanted)
+        cache = self._results.setdefault(step, {})
+        bar = StepProgress(step, len(wanted), stream=self.stream, enabled=self.progress)
+        failed = 0
+        running = 0
+        counted_at = float("-inf")
+        try:
+            arrived = list(cache)
+            while True:
+                arrived += self._ingest(step)
+                for rid in arrived:
+                    if rid in pending:
+                        pending.discard(rid)
+                        failed += cache[rid]["status"] == "infra_error"
+                        yield cache[rid]
+                arrived = []
+                if not pending:
+                    break
+                now = time.monotonic()
+                if now >= deadline:
+                    for rid in sorted(pending):
+                        record = self._time_out(step, rid, timeout)
+                        failed += record["status"] == "infra_error"
+                        yield record
+                    pending.clear()
+                    break
+                if now - counted_at >= 1.0:
+                    running = self._running(step, pending)
+                    counted_at = now
+                done = len(wanted) - len(pending)
+                bar.update(done, running, len(pending) - running, failed)
+                time.sleep(min(self.settings.poll_interval_s, max(0.0, deadline - now)))
+        finally:
+            done = len(wanted) - len(pending)
+            bar.close(done, 0 if not pending else running, len(pending), failed)
+        if all(rid in cache for rid in known):
+            self.close(step)
+
+    def collect(
+        self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """`poll` to the end: every id's record."""
+        return {record["request_id"]: record for record in self.poll(step, ids, timeout)}
+
+    def _ingest(self, step: int) -> list[str]:
+        """Read result files not read before; return the ids that got a record."""
+        cache = self._results.setdefault(step, {})
+        seen = self._seen.setdefault(step, set())
+        try:
+            names = os.listdir(self.layout.results(step))
+        except FileNotFoundError:
+            return self._ingest_compacted(step)
+        new = []
+        for name in names:
+            if name in seen:
+                continue
+            rid = parse_result_name(name)
+            if rid is None:
+                seen.add(name)
+                continue
+            path = self.layout.results(step) / name
+            try:
+                result = schema.parse(schema.Result, read_json(path), path)
+            except FileNotFoundError:
+                continue  # compacted meanwhile; read below
+            except (SchemaError, HandoffError) as err:
+                self._quarantine(path, str(err))
+                seen.add(name)
+                continue
+            seen.add(name)
+            if result.request_id != rid or result.step != step:
+                self._quarantine(path, f"{path}: names request {result.request_id!r} of step "
+                                       f"{result.step}")
+                continue
+            if rid not in cache:
+                if not self._known(step, rid):
+                    self.counts["unknown_results"] += 1
+                    log.warning("step %d: ignoring a result for unknown request %r", step, rid)
+                    continue
+                cache[rid] = _delivered(result)
+                new.append(rid)
+        return new
+
+    def _known(self, step: int, rid: str) -> bool:
+        ids = self._id_sets.get(step)
+        if ids is None:
+            ids = self._id_sets[step] = {r["id"] for r in self.requests(step)}
+        return rid in ids
+
+    def _ingest_compacted(self, step: int) -> list[str]:
+        path = self.layout.compacted(step)
+        try:
+            compacted = schema.parse(schema.Compacted, read_json(path), path)
+        except FileNotFoundError:
+            return []
+        cache = self._results.setdefault(step, {})
+        new = []
+        for result in compacted.results:
+            if result.request_id not in cache:
+                cache[result.request_id] = _delivered(result)
+                new.append(result.request_id)
+        return new
+
+    def _quarantine(self, path: Path, why: str) -> None:
+        """Move a corrupt result aside (dot name: ignored) so that the request is run again."""
+        self.counts["corrupt_results"] += 1
+        aside = path.with_name(f".corrupt-{path.name}.{secrets.token_hex(3)}")
+        try:
+            os.rename(path, aside)
+            log.error("%s; moved aside to %s, the request will run again", why, aside.name)
+        except OSError as err:
+            log.error("%s; cannot move it aside (%s)", why, err)
+
+    def _time_out(self, step: int, rid: str, timeout: float) -> dict[str, Any]:
+        self.counts["timeouts"] += 1
+        record = {
+            "request_id": rid, "status": "infra_error", "reward": None,
+            "error": f"no result within {timeout:g} s (straggler); dropped from the loss",
+        }
+        envelope = {
+            "kind": "result", "version": schema.VERSION, "step": step, "request_id": rid,
+            "attempt": 0, "worker_id": TRAINER_ID, "written_at": time.time(), "record": record,
+        }
+        cache = self._results.setdefault(step, {})
+        try:
+            if create_exclusive(self.layout.result(step, rid), envelope,
+                                fsync=self.settings.fsync):
+                cache[rid] = _delivered(schema.Result.model_validate(envelope))
+                return cache[rid]
+            self._ingest(step)  # a worker's result won the race: take it
+            if rid in cache:
+                self.counts["timeouts"] -= 1
+                return cache[rid]
+        except HandoffError as err:
+            log.error("step %d: cannot record the timeout of %s: %s", step, rid, err)
+        return _delivered(schema.Result.model_validate(envelope))
+
+    def _running(self, step: int, pending: set[str]) -> int:
+        claims = scan_claims(self.layout.claims(step))
+        return sum(1 for rid in pending if rid in claims and claims[rid].held)
+
+    # ------------------------------------------------------------------ step and run control
+
+    def close(self, step: int) -> None:
+        """Mark the step closed: workers skip it and it may be compacted or pruned."""
+        path = self.layout.closed(step)
+        if path.exists():
+            return
+        cache = self._results.get(step, {})
+        failed = sum(1 for record in cache.values() if record["status"] == "infra_error")
+        closed = schema.Closed(step=step, at=time.time(), results=len(cache), failed=failed)
+        write_atomic(path, schema.dump(closed), fsync=self.settings.fsync)
+
+    def stop(self, reason: str = "trainer finished") -> None:
+        """Write the stop sentinel: every worker exits at its next look."""
+        sentinel = schema.Stop(reason=reason, at=time.time())
+        write_atomic(self.layout.stop, schema.dump(sentinel), fsync=self.settings.fsync)
+
+    def clear_stop(self) -> None:
+        """Remove a stop sentinel left by an earlier run, before starting workers again."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.layout.stop)
+
+
+def _plain(request: schema.Request) -> dict[str, Any]:
+    return request.model_dump(mode="json", exclude_none=True)
+
+
+def _delivered(result: schema.Result) -> dict[str, Any]:
+    """The bench record as the trainer uses it, plus where it came from."""
+    record = result.record.model_dump(mode="json")
+    record["scored"] = record["status"] != "infra_error"
+    record["handoff"] = {
+        "step": result.step, "attempt": result.attempt, "worker_id": result.worker_id,
+        "written_at": result.written_at, "received_at": time.time(),
+        "timed_out": result.worker_id == TRAINER_ID,
+    }
+    return record

@@ -1,0 +1,1 @@
+"""Tests of hargo_hpc.algorithms."""

@@ -1,0 +1,95 @@
+"""scripts/slurm-cluster.sh: idempotent up, crash recovery, down by pid file, clear refusals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = str(REPO / "scripts" / "slurm-cluster.sh")
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+
+pytestmark = pytest.mark.slurm
+
+
+def cluster(action: str, state: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SCRIPT, action, state], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **env})
+
+
+def running_pids(state: str) -> dict[str, int]:
+    """The daemons of the cluster in `state` that are alive (pid file + /proc)."""
+    alive = {}
+    for name in DAEMONS:
+        pidfile = Path(state, "run", f"{name}.pid")
+        if not pidfile.exists():
+            continue
+        pid = int(pidfile.read_text().strip())
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.exists() and stat.read_text().split()[2] != "Z":
+            alive[name] = pid
+    return alive
+
+
+@pytest.mark.slow
+def test_up_twice_recover_then_down_leaves_nothing(tmp_path: Path) -> None:
+    state = f"/tmp/hargo-t{os.getpid()}"  # short: unix socket paths
+    ports = {"HARGO_SLURM_PORT_BASE": "17917"}
+    try:
+        first = cluster("up", state, **ports)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.strip() == f"SLURM_CONF={state}/etc/slurm.conf"
+        pids = running_pids(state)
+        assert set(pids) == set(DAEMONS)
+
+        start = time.monotonic()
+        second = cluster("up", state, **ports)
+        assert second.returncode == 0
+        assert time.monotonic() - start < 5
+        assert running_pids(state) == pids  # a no-op: the same processes
+
+        os.kill(pids["slurmctld"], signal.SIGKILL)  # a crash
+        time.sleep(0.5)
+        assert cluster("status", state, **ports).returncode == 1
+        third = cluster("up", state, **ports)
+        assert third.returncode == 0, third.stderr
+        assert set(running_pids(state)) == set(DAEMONS)
+        status = cluster("status", state, **ports)
+        assert status.returncode == 0 and "hargo1 idle" in status.stdout
+    finally:
+        down = cluster("down", state, **ports)
+    assert down.returncode == 0
+    assert running_pids(state) == {}
+    for pid in pids.values():
+        assert not Path(f"/proc/{pid}/cmdline").exists() or \
+            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_refuses_without_root(tmp_path: Path) -> None:
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           SCRIPT, "up", "/tmp/hargo-nobody"], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "must run as root" in done.stderr
+
+
+def test_names_missing_packages(tmp_path: Path) -> None:
+    done = subprocess.run([SCRIPT, "up", "/tmp/hargo-nopkg"], capture_output=True, text=True,
+                          env={**os.environ, "PATH": "/bin:/usr/bin"})  # no /usr/sbin daemons
+    assert done.returncode != 0
+    assert "missing munged" in done.stderr and "apt-get install" in done.stderr
+
+
+def test_usage_errors() -> None:
+    done = subprocess.run([SCRIPT, "start", "/tmp/x"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown action 'start'" in done.stderr
+    done = subprocess.run([SCRIPT, "up"], capture_output=True, text=True)
+    assert done.returncode == 2 and "up needs STATE_DIR" in done.stderr
+    done = subprocess.run([SCRIPT, "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "status STATE_DIR" in done.stdout
