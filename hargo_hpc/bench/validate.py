@@ -54,6 +54,7 @@ ALLOWED_UNDEFINED = LIBM | {
     "printf", "puts", "putchar", "fprintf", "fputs", "fputc", "putc", "fwrite", "fflush",
     "stdout", "stderr", "__printf_chk", "__fprintf_chk", "sprintf", "snprintf",
     "__sprintf_chk", "__snprintf_chk", "abs", "labs", "llabs", "qsort",
+    "sleep", "usleep", "nanosleep",
     "_GLOBAL_OFFSET_TABLE_", "__cpu_model", "__cpu_indicator_init",
 }  # fmt: skip
 ALLOWED_PREFIXES = ("omp_", "GOMP_", "__kmpc_")

@@ -76,6 +76,15 @@ class AttemptFailed(_File):
     at: float
 
 
+class Released(_File):
+    """steps/step-N/claims/<rid>.<n>.released: attempt n was given back (signal, stop)."""
+
+    kind: Literal["released"] = "released"
+    worker_id: str
+    reason: str
+    at: float
+
+
 class Record(BaseModel):
     """The bench's record (any extra fields are kept as they are)."""
 
@@ -151,6 +160,7 @@ KINDS: dict[str, type[_File]] = {
     "request_batch": RequestBatch,
     "claim": Claim,
     "attempt_failed": AttemptFailed,
+    "released": Released,
     "result": Result,
     "heartbeat": Heartbeat,
     "stop": Stop,

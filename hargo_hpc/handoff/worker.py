@@ -185,7 +185,7 @@ class Worker:
                 reason = self._exit_reason(now, workers)
         finally:
             self._stop.set()
-            released = self._release_all()
+            released = self._release_all(reason or "error")
             if released:
                 log.info("%s: released %d claim(s)", self.worker_id, released)
             if not self._signal:
@@ -307,8 +307,6 @@ class Worker:
             self.layout.claim(held.step, held.rid, held.attempt, "failed"),
             schema.dump(marker), fsync=self.fsync,
         )
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(held.path)
         self.counts["failed_attempts"] += 1
         log.warning("%s: %s attempt %d failed: %s", self.worker_id, held.rid, held.attempt, error)
 
@@ -490,17 +488,20 @@ class Worker:
         """Renew one lease: move the claim's mtime (a seam for clock-skew tests)."""
         touch(path)
 
-    def _release_all(self) -> int:
+    def _release_all(self, reason: str) -> int:
+        """Mark every held attempt `.released`; the claim stays, so its number is never reused."""
         with self._lock:
             held = [h for h in self._held.values() if not h.released]
             for item in held:
                 item.released = True
+        marker = schema.dump(schema.Released(worker_id=self.worker_id, reason=reason,
+                                             at=time.time()))
         for item in held:
             try:
-                os.rename(item.path, self.layout.claim(item.step, item.rid, item.attempt,
-                                                       "released"))
+                write_atomic(self.layout.claim(item.step, item.rid, item.attempt, "released"),
+                             marker, fsync=self.fsync)
                 self.counts["released"] += 1
-            except OSError as err:
+            except HandoffError as err:
                 log.error("%s: cannot release %s: %s", self.worker_id, item.path, err)
         return len(held)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -84,8 +85,6 @@ def test_slow_holder_on_a_skewed_node_keeps_its_claims(root: Path) -> None:
     slow = CountingWorkloadDouble(delay_s=1.5)  # each request takes ~4 leases
     holder = SkewedWorker(root, slow, settings=settings, threads=6, handle_signals=False,
                           max_idle_s=30)
-    import threading
-
     thread = threading.Thread(target=holder.run, daemon=True)
     thread.start()
     time.sleep(0.3)  # the holder has claimed everything
