@@ -41,8 +41,18 @@ def config_show(job: str, overrides: tuple[str, ...]) -> None:
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 def config_validate(job: str, overrides: tuple[str, ...]) -> None:
-    """Check JOB (and OVERRIDES); print `ok` or one line naming what is wrong."""
+    """Check JOB (and OVERRIDES); print `ok` or one line naming what is wrong.
+
+    Beyond the schema, this resolves the algorithm preset (estimator, aggregation, HARGO
+    parameters), which needs torch.
+    """
     cfg = load_or_fail(job, overrides)
+    from hargo_hpc.algorithms.presets import resolve_algorithm  # imports torch
+
+    try:
+        resolve_algorithm(cfg.algorithm)
+    except ValueError as err:
+        raise UsageFailure(f"{job}: {err}") from None
     click.echo(f"ok: {job} (run {cfg.run.name}, algorithm {cfg.algorithm.name})")
 
 

@@ -71,6 +71,19 @@ class DataSection(_Section):
         return self
 
 
+class HargoSection(_Section):
+    """HARGO's hyperparameters (docs/algorithms.md); mirrors `algorithms.hargo.HargoParams`."""
+
+    discrimination: bool = Field(True, description="ablation switch: group reward contrast")
+    confidence: bool = Field(True, description="ablation switch: reference-model confidence")
+    estimator: str = Field("grpo", description="base advantage estimator")
+    discrimination_power: float = Field(0.5, ge=0)
+    confidence_scale: float = Field(1.0, ge=0)
+    max_weight: float = Field(9.0, ge=1, allow_inf_nan=False)
+    contrast_momentum: float = Field(0.0, ge=0, lt=1)
+    eps: float = Field(1e-6, gt=0)
+
+
 class AlgorithmSection(_Section):
     """`name` picks a method preset; every other field left unset keeps the preset's value."""
 
@@ -87,7 +100,7 @@ class AlgorithmSection(_Section):
     overlong_buffer: int | None = Field(None, ge=0)
     overlong_penalty: float | None = Field(None, ge=0)
     dpo_beta: float = Field(0.1, gt=0)
-    hargo: dict[str, Any] = Field(default_factory=dict, description="HARGO hyperparameters")
+    hargo: HargoSection = Field(default_factory=HargoSection)
 
 
 class RolloutSection(_Section):

@@ -53,3 +53,10 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "no such experiment file" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_checks_the_algorithm_preset() -> None:
+    done = hargo("config", "validate", "jobs/demo.toml", "algorithm.estimator=magic")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: jobs/demo.toml: algorithm.estimator: unknown value")
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -56,7 +56,7 @@ def test_overrides_are_typed_and_applied(tmp_path: Path) -> None:
             "model.path=/models/x y",
             "data.tasks.0.weight=2.5",
             "slurm.bench.extra=['--exclusive']",
-            "algorithm.hargo.alpha=0.5",
+            "algorithm.hargo.confidence=false",
             "bench.penalties.timeout=-31",
         ],
     )
@@ -65,7 +65,7 @@ def test_overrides_are_typed_and_applied(tmp_path: Path) -> None:
     assert cfg.model.path == "/models/x y"
     assert cfg.data.tasks[0].weight == 2.5
     assert cfg.slurm.bench.extra == ["--exclusive"]
-    assert cfg.algorithm.hargo == {"alpha": 0.5}
+    assert cfg.algorithm.hargo.confidence is False
     assert cfg.bench.penalties.timeout == -31
 
 
@@ -98,7 +98,8 @@ def test_parse_value() -> None:
         ),
         ("", ["data.tasks.0.weight=1"], "data.tasks is not set in the file"),
         ("", ["training.lr.x=1"], "override training.lr.x: training.lr has no sub-keys"),
-        ("", ["algorithm.hargo.a.b=1"], "algorithm.hargo.a has no sub-keys"),
+        ("", ["algorithm.hargo.beta=1"], "unknown key 'beta' in algorithm.hargo (allowed: disc"),
+        ("", ["algorithm.hargo.max_weight=0.5"], "algorithm.hargo.max_weight: bad value 0.5"),
     ],
 )
 def test_errors_are_one_line_naming_file_field_value(
@@ -137,3 +138,15 @@ def test_validate_config_from_data() -> None:
     assert isinstance(cfg, ExperimentConfig) and cfg.rollout.num_generations == 8
     with pytest.raises(ConfigError, match=r"<config>: rollout.num_generations: bad value 0"):
         validate_config({"rollout": {"num_generations": 0}})
+
+
+def test_hargo_section_mirrors_the_algorithm_params() -> None:
+    """The typed config section and the algorithms' HargoParams agree on names and defaults."""
+    from hargo_hpc.algorithms.hargo import HargoParams
+    from hargo_hpc.algorithms.presets import resolve_algorithm
+    from hargo_hpc.config import HargoSection
+
+    assert HargoSection().model_dump() == HargoParams().to_dict()
+    cfg = validate_config({"algorithm": {"name": "hargo", "hargo": {"confidence": False}}})
+    resolved = resolve_algorithm(cfg.algorithm)
+    assert resolved.hargo == HargoParams(confidence=False)

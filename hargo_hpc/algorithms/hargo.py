@@ -87,7 +87,7 @@ class HargoParams:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> HargoParams:
         """Validated params from a plain dict; a one-line ValueError names the bad key/value."""
-        valid = {f.name: f.type for f in fields(cls)}
+        valid = [f.name for f in fields(cls)]
         for key, value in values.items():
             if key not in valid:
                 raise ValueError(
@@ -102,9 +102,7 @@ class HargoParams:
                 ok = isinstance(value, str)
             if not ok:
                 kind = type(default).__name__
-                raise ValueError(
-                    f"algorithm.hargo: {key} must be a {kind}, got {value!r}"
-                )
+                raise ValueError(f"algorithm.hargo: {key} must be a {kind}, got {value!r}")
         cleaned = {
             k: float(v) if isinstance(getattr(cls, k), float) else v for k, v in values.items()
         }
@@ -183,6 +181,14 @@ def relative_confidence(confidence: Tensor, has_tokens: Tensor, groups: Groups) 
     return torch.where(has_tokens, confidence - mean[groups.inverse], torch.zeros_like(confidence))
 
 
+def advantage_sign(advantages: Tensor, tol: float = 1e-6) -> Tensor:
+    """sign(A_i), with 0 for |A_i| ≤ tol · max_j |A_j|: a response at its group's mean has
+    A = 0 only up to round-off, and its sign must not flip C_i (scale-free in A)."""
+    dead = tol * float(advantages.abs().max()) if advantages.numel() else 0.0
+    return torch.where(advantages.abs() > dead, torch.sign(advantages),
+                       torch.zeros_like(advantages))
+
+
 def confidence_factor(surprise: Tensor, scale: float, bound: float) -> Tensor:
     """C_i = clip(exp(β · s_i), 1/b, b) with the surprise s_i = −sign(A_i) · u_i: above 1 when
     the reference disagrees with the reward (a rewarded response it found unlikely, a
@@ -256,7 +262,7 @@ def hargo_signals(
             )[groups.inverse]
         # 3. confidence, per response
         conf, has_tokens = confidence_signal(ref_logprobs.to(rewards.dtype), mask)
-        surprise = -torch.sign(advantages) * relative_confidence(conf, has_tokens, groups)
+        surprise = -advantage_sign(advantages) * relative_confidence(conf, has_tokens, groups)
         conf_factor = ones
         if params.confidence:
             conf_factor = confidence_factor(surprise, params.confidence_scale, bound)

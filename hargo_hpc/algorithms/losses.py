@@ -73,8 +73,13 @@ def kl_penalized_rewards(
     mask = as_mask(mask, logprobs, "logprobs")
     check_same_shape(("logprobs", logprobs), ("ref_logprobs", ref_logprobs))
     check_batch(rewards, "rewards", logprobs.shape[0], "logprobs")
-    kl = kl_penalty(logprobs.detach(), ref_logprobs.detach(), kl_estimator)
-    return rewards - kl_coef * (kl * mask).sum(dim=-1)
+    check_finite(logprobs, "logprobs", mask)
+    check_finite(ref_logprobs, "ref_logprobs", mask)
+    zero = torch.zeros_like(logprobs).detach()
+    lp = torch.where(mask, logprobs.detach(), zero)
+    ref = torch.where(mask, ref_logprobs.detach(), zero)
+    kl = torch.where(mask, kl_penalty(lp, ref, kl_estimator), zero)
+    return rewards.detach() - kl_coef * kl.sum(dim=-1).to(rewards.dtype)
 
 
 # ---------------------------------------------------------------- aggregation

@@ -30,16 +30,15 @@ def dpo_pairs(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor]:
         return empty, empty.clone()
     groups = Groups.of(index)
     best, worst = groups.max(rewards), groups.min(rewards)
-    position = torch.arange(rewards.numel())
-    big = rewards.numel()
-    is_best = rewards == best[groups.inverse]
-    is_worst = rewards == worst[groups.inverse]
-    first_best = torch.full((groups.num,), big).scatter_reduce(
-        0, groups.inverse, torch.where(is_best, position, big), reduce="amin"
-    )
-    first_worst = torch.full((groups.num,), big).scatter_reduce(
-        0, groups.inverse, torch.where(is_worst, position, big), reduce="amin"
-    )
+    position = torch.arange(rewards.numel(), device=rewards.device)
+    big = torch.full_like(position, rewards.numel())
+    none = torch.full((groups.num,), rewards.numel(), device=rewards.device)
+
+    def first(where: Tensor) -> Tensor:  # [num]: the first position in each group where true
+        return none.scatter_reduce(0, groups.inverse, torch.where(where, position, big), "amin")
+
+    first_best = first(rewards == best[groups.inverse])
+    first_worst = first(rewards == worst[groups.inverse])
     has_pair = best > worst
     return first_best[has_pair], first_worst[has_pair]
 

@@ -128,11 +128,16 @@ def test_kl_term_in_loss() -> None:
 
 def test_kl_penalized_rewards() -> None:
     # k1 = log π − log π_ref: row 0: 0.5 − 0.5 = 0; row 1: −1 (padding ignored)
-    lp = torch.tensor([[-1.0, -1.0], [-2.0, 0.0]], dtype=D)
-    ref = torch.tensor([[-1.5, -0.5], [-1.0, 5.0]], dtype=D)
+    lp = torch.tensor([[-1.0, -1.0], [-2.0, -math.inf]], dtype=D)
+    ref = torch.tensor([[-1.5, -0.5], [-1.0, math.nan]], dtype=D)
     mask = torch.tensor([[True, True], [True, False]])
     got = kl_penalized_rewards(torch.tensor([1.0, 0.0], dtype=D), lp, ref, mask, kl_coef=0.1)
     assert got.tolist() == pytest.approx([1.0, 0.1])
+    # k3 = e^δ − δ − 1 with δ = ref − lp: row 0: (e^−0.5 + 0.5 − 1) + (e^0.5 − 0.5 − 1)
+    got = kl_penalized_rewards(torch.tensor([1.0, 0.0], dtype=D), lp, ref, mask, kl_coef=1.0,
+                               kl_estimator="k3")
+    row0 = (math.exp(-0.5) - 0.5) + (math.exp(0.5) - 1.5)
+    assert got.tolist() == pytest.approx([1.0 - row0, 0.0 - (math.exp(1) - 2)])
 
 
 def test_aggregate_all_masked_rows() -> None:

@@ -1,0 +1,254 @@
+"""HARGO: hand-computed signals and weights, the weight properties, GRPO equivalence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hargo_hpc.algorithms import (
+    HARGO_DEFAULTS,
+    HargoParams,
+    compute_advantages,
+    hargo_signals,
+    hargo_weights,
+    policy_loss,
+)
+
+from .strategies import grouped_rewards, token_batch
+
+FAST = settings(max_examples=40, deadline=None)
+D = torch.float64
+PAD = -50.0  # padding log-prob, must be ignored
+
+# group 0: rewards {1, 0} (binary), group 1: {0.6, 0.4} (continuous), G = 2
+REWARDS = torch.tensor([1.0, 0.0, 0.6, 0.4], dtype=D)
+GROUPS = torch.tensor([0, 0, 1, 1])
+# reference log-probs: response 1 has ONE token, the others two
+REF = torch.tensor([[-0.1, -0.3], [-1.0, PAD], [-1.0, -1.0], [-0.5, -0.5]], dtype=D)
+MASK = torch.tensor([[True, True], [True, False], [True, True], [True, True]])
+
+
+def test_hand_computed_signals_and_weights() -> None:
+    # contrast (unbiased std): σ_0 = sqrt(0.5) = 0.7071, σ_1 = sqrt(0.02) = 0.1414
+    s0, s1 = math.sqrt(0.5), math.sqrt(0.02)
+    ref = math.sqrt(s0 * s1)  # geometric mean = sqrt(0.1) = 0.3162
+    d0, d1 = (s0 / ref) ** 0.5, (s1 / ref) ** 0.5  # 1.4953, 0.6687, inside [9^−¼, 9^¼]
+    # confidence c = mean log π_ref over the mask: [−0.2, −1.0 (1 token), −1.0, −0.5]
+    # u = c − group mean: group 0 mean −0.6 -> [0.4, −0.4]; group 1 mean −0.75 -> [−0.25, 0.25]
+    # A (GRPO) signs: [+, −, +, −]; surprise −sign(A) u: [−0.4, −0.4, 0.25, 0.25]
+    c0, c1 = math.exp(-0.4), math.exp(0.25)  # β = 1
+    factors = [d0 * c0, d0 * c0, d1 * c1, d1 * c1]
+    mean = sum(factors) / 4
+    sig = hargo_signals(REWARDS, GROUPS, REF, MASK)
+    assert sig.contrast_ref == pytest.approx(ref)
+    assert sig.confidence.tolist() == pytest.approx([-0.2, -1.0, -1.0, -0.5])
+    assert sig.surprise.tolist() == pytest.approx([-0.4, -0.4, 0.25, 0.25])
+    assert sig.discrimination.tolist() == pytest.approx([d0, d0, d1, d1])
+    assert sig.confidence_factor.tolist() == pytest.approx([c0, c0, c1, c1])
+    grpo = compute_advantages("grpo", REWARDS, GROUPS)
+    assert sig.modulated_advantages.tolist() == pytest.approx(
+        [float(grpo[i]) * factors[i] for i in range(4)]
+    )
+    weights, stats = hargo_weights(REWARDS, GROUPS, REF, MASK)
+    assert weights.tolist() == pytest.approx([f / mean for f in factors])
+    assert stats["weight_max"] == pytest.approx(d0 * c0 / mean)
+
+
+def test_signals_are_clipped_to_the_fourth_root_of_max_weight() -> None:
+    # max_weight 1.5: bound 1.5^¼ = 1.1067; d0 = 1.4953 -> 1.1067, d1 = 0.6687 -> 0.9036
+    sig = hargo_signals(REWARDS, GROUPS, REF, MASK, max_weight=1.5)
+    bound = 1.5 ** 0.25
+    assert sig.discrimination.tolist() == pytest.approx([bound, bound, 1 / bound, 1 / bound])
+    # e^−0.4 = 0.670 -> 0.9036; e^0.25 = 1.284 -> 1.1067
+    assert sig.confidence_factor.tolist() == pytest.approx([1 / bound, 1 / bound, bound, bound])
+
+
+def test_confidence_is_length_normalised() -> None:
+    # a 2-token `yes` and a 40-token sentence, both at −0.5 per token, are equally confident
+    ref = torch.full((2, 40), -0.5, dtype=D)
+    mask = torch.zeros(2, 40, dtype=torch.bool)
+    mask[0, :2] = True
+    mask[1, :] = True
+    sig = hargo_signals(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), ref, mask)
+    assert sig.confidence.tolist() == pytest.approx([-0.5, -0.5])
+    assert sig.confidence_factor.tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_zero_contrast_group_gets_the_floor() -> None:
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    sig = hargo_signals(rewards, torch.tensor([0, 0, 1, 1]), torch.zeros(4, 2),
+                        torch.ones(4, 2, dtype=torch.bool))
+    # σ̄ = σ_0 (only live group), D_0 = 1, D_1 = floor 9^−¼
+    assert sig.discrimination.tolist() == pytest.approx([1, 1, 9 ** -0.25, 9 ** -0.25])
+
+
+def test_ablation_switches() -> None:
+    disc_only = hargo_signals(REWARDS, GROUPS, REF, MASK, confidence=False)
+    assert torch.all(disc_only.confidence_factor == 1)
+    w = disc_only.weights
+    assert w[0] == w[1] and w[2] == w[3] and w[0] > w[2]  # constant within a group
+    conf_only = hargo_signals(REWARDS, GROUPS, REF, MASK, discrimination=False)
+    assert torch.all(conf_only.discrimination == 1)
+    off, _ = hargo_weights(REWARDS, GROUPS, REF, MASK, discrimination=False, confidence=False)
+    assert torch.all(off == 1)
+
+
+def test_running_contrast() -> None:
+    batch_ref = math.sqrt(math.sqrt(0.5) * math.sqrt(0.02))
+    sig = hargo_signals(REWARDS, GROUPS, REF, MASK, contrast_momentum=0.75,
+                        running_contrast=1.0)
+    assert sig.contrast_ref == pytest.approx(0.75 * 1.0 + 0.25 * batch_ref)
+    no_history = hargo_signals(REWARDS, GROUPS, REF, MASK, contrast_momentum=0.75)
+    assert no_history.contrast_ref == pytest.approx(batch_ref)
+
+
+def test_weights_carry_no_gradient() -> None:
+    ref = REF.clone().requires_grad_(True)
+    weights, _ = hargo_weights(REWARDS.clone().requires_grad_(True), GROUPS, ref, MASK)
+    assert not weights.requires_grad
+
+
+def test_precomputed_advantages_and_estimator() -> None:
+    rloo = compute_advantages("rloo", REWARDS, GROUPS)
+    a, _ = hargo_weights(REWARDS, GROUPS, REF, MASK, advantages=rloo)
+    b, _ = hargo_weights(REWARDS, GROUPS, REF, MASK, estimator="rloo")
+    torch.testing.assert_close(a, b)
+
+
+def test_all_masked_response_is_neutral() -> None:
+    mask = MASK.clone()
+    mask[0] = False
+    sig = hargo_signals(REWARDS, GROUPS, REF, mask)
+    assert float(sig.surprise[0]) == 0.0  # no tokens: u = 0
+    assert float(sig.surprise[1]) == 0.0  # group mean over responses with tokens only
+    assert torch.isfinite(sig.weights).all()
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match="rewards contains NaN"):
+        hargo_weights(torch.tensor([math.nan, 0.0]), torch.tensor([0, 0]), torch.zeros(2, 1),
+                      torch.ones(2, 1, dtype=torch.bool))
+    bad_ref = REF.clone()
+    bad_ref[0, 0] = math.inf
+    with pytest.raises(ValueError, match="ref_logprobs contains NaN"):
+        hargo_weights(REWARDS, GROUPS, bad_ref, MASK)
+    with pytest.raises(ValueError, match="ref_logprobs must have 4 rows"):
+        hargo_weights(REWARDS, GROUPS, REF[:3], MASK[:3])
+    with pytest.raises(ValueError, match="mask"):
+        hargo_weights(REWARDS, GROUPS, REF, MASK[:, :1])
+    with pytest.raises(ValueError, match=r"unknown key 'beta' \(valid: discrimination, "):
+        hargo_weights(REWARDS, GROUPS, REF, MASK, beta=1.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"max_weight": 0.5}, "max_weight must be finite and >= 1"),
+        ({"confidence_scale": -1}, "confidence_scale must be >= 0"),
+        ({"discrimination": 1}, "discrimination must be a bool"),
+        ({"max_weight": "big"}, "max_weight must be a float"),
+        ({"estimator": "ppo"}, "estimator 'ppo' is not one of"),
+        ({"contrast_momentum": 1.0}, "contrast_momentum must be in"),
+    ],
+)
+def test_params_validation(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HargoParams.from_dict(values)
+
+
+def test_params_defaults_round_trip() -> None:
+    assert HargoParams.from_dict(HARGO_DEFAULTS.to_dict()) == HARGO_DEFAULTS
+    assert HargoParams.from_dict({"max_weight": 4}).max_weight == 4.0  # int accepted
+
+
+# ---------------------------------------------------------------- properties
+
+
+def _ref_for(rewards: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return token_batch(rewards.numel(), 5, seed)
+
+
+@FAST
+@given(batch=grouped_rewards(), seed=st.integers(0, 10_000),
+       max_weight=st.floats(1.0, 50.0), scale=st.floats(0.0, 5.0),
+       power=st.floats(0.0, 2.0), disc=st.booleans(), conf=st.booleans())
+def test_weights_positive_mean_one_bounded(
+    batch: tuple[torch.Tensor, torch.Tensor], seed: int, max_weight: float, scale: float,
+    power: float, disc: bool, conf: bool,
+) -> None:
+    rewards, groups = batch
+    ref, mask = _ref_for(rewards, seed)
+    weights, _ = hargo_weights(rewards, groups, ref, mask, max_weight=max_weight,
+                               confidence_scale=scale, discrimination_power=power,
+                               discrimination=disc, confidence=conf)
+    assert torch.all(weights > 0)
+    assert float(weights.mean()) == pytest.approx(1.0, abs=1e-9)
+    tol = 1 + 1e-9
+    assert float(weights.max()) <= max_weight * tol
+    assert float(weights.min()) >= 1 / max_weight / tol
+    assert float(weights.max() / weights.min()) <= max_weight * tol
+
+
+@FAST
+@given(batch=grouped_rewards(), seed=st.integers(0, 10_000),
+       agg=st.sampled_from(["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]))
+def test_modulation_off_is_exactly_grpo(
+    batch: tuple[torch.Tensor, torch.Tensor], seed: int, agg: str
+) -> None:
+    rewards, groups = batch
+    ref, mask = _ref_for(rewards, seed)
+    lp, _ = token_batch(rewards.numel(), 5, seed + 1)
+    old = lp - 0.1
+    adv = compute_advantages("grpo", rewards, groups)
+    weights, _ = hargo_weights(rewards, groups, ref, mask, discrimination=False,
+                               confidence=False)
+    assert torch.all(weights == 1)
+    grpo, _ = policy_loss(lp, old, adv, mask, ref_logprobs=ref, kl_coef=0.04, agg=agg)
+    hargo, _ = policy_loss(lp, old, adv, mask, ref_logprobs=ref, kl_coef=0.04, agg=agg,
+                           weights=weights)
+    assert abs(float(hargo) - float(grpo)) <= 1e-6
+
+
+@FAST
+@given(batch=grouped_rewards(), seed=st.integers(0, 10_000),
+       factor=st.sampled_from([0.01, 0.5, 2.0, 100.0]))
+def test_weights_are_reward_scale_free(
+    batch: tuple[torch.Tensor, torch.Tensor], seed: int, factor: float
+) -> None:
+    rewards, groups = batch
+    ref, mask = _ref_for(rewards, seed)
+    base, _ = hargo_weights(rewards, groups, ref, mask)
+    scaled, _ = hargo_weights(rewards * factor, groups, ref, mask)
+    torch.testing.assert_close(scaled, base, atol=1e-6, rtol=1e-6)
+
+
+@FAST
+@given(batch=grouped_rewards(), seed=st.integers(0, 10_000), data=st.data())
+def test_permuting_responses_permutes_weights(
+    batch: tuple[torch.Tensor, torch.Tensor], seed: int, data: st.DataObject
+) -> None:
+    rewards, groups = batch
+    ref, mask = _ref_for(rewards, seed)
+    order = torch.tensor(data.draw(st.permutations(list(range(rewards.numel())))))
+    base, _ = hargo_weights(rewards, groups, ref, mask)
+    permuted, _ = hargo_weights(rewards[order], groups[order], ref[order], mask[order])
+    torch.testing.assert_close(permuted, base[order], atol=1e-9, rtol=1e-9)
+
+
+@FAST
+@given(batch=grouped_rewards(), seed=st.integers(0, 10_000),
+       shift=st.integers(-8, 8).map(lambda k: k / 4), pick=st.integers(0, 100))
+def test_weights_invariant_to_shifting_a_group(
+    batch: tuple[torch.Tensor, torch.Tensor], seed: int, shift: float, pick: int
+) -> None:
+    rewards, groups = batch
+    ref, mask = _ref_for(rewards, seed)
+    target = groups.unique()[pick % groups.unique().numel()]
+    shifted = torch.where(groups == target, rewards + shift, rewards)
+    base, _ = hargo_weights(rewards, groups, ref, mask)
+    after, _ = hargo_weights(shifted, groups, ref, mask)
+    torch.testing.assert_close(after, base, atol=1e-6, rtol=1e-6)

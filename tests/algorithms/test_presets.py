@@ -1,0 +1,91 @@
+"""Method presets and their overrides from the config's AlgorithmSection."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from hargo_hpc.algorithms import ESTIMATORS, PRESETS, HargoParams, resolve_algorithm
+from hargo_hpc.config import ALGORITHM_NAMES, AlgorithmSection
+
+
+def test_every_config_name_has_a_preset() -> None:
+    assert set(PRESETS) == set(ALGORITHM_NAMES)
+    for name in ALGORITHM_NAMES:
+        resolved = resolve_algorithm(AlgorithmSection(name=name))
+        assert resolved.name == name
+        assert resolved.estimator is None or resolved.estimator in ESTIMATORS
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("grpo", {"estimator": "grpo", "agg": "seq-mean-token-mean", "kl_coef": 0.04,
+                  "kl_estimator": "k3", "clip_high": 0.2}),
+        ("dr_grpo", {"estimator": "dr_grpo", "agg": "seq-mean-token-sum-norm", "kl_coef": 0.0}),
+        ("dapo", {"agg": "token-mean", "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0,
+                  "dynamic_sampling": True, "overlong_buffer": None}),
+        ("rloo", {"estimator": "rloo", "kl_in_reward": True, "kl_estimator": "k1"}),
+        ("reinforce_pp", {"estimator": "reinforce_pp", "kl_in_reward": True}),
+        ("gspo", {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4}),
+        ("gpg", {"loss": "pg", "estimator": "gpg", "kl_coef": 0.0}),
+        ("dpo", {"loss": "dpo", "estimator": None}),
+        ("sft", {"loss": "sft", "estimator": None}),
+        ("hargo", {"estimator": "grpo", "kl_coef": 0.04, "hargo": HargoParams()}),
+    ],
+)
+def test_preset_values(name: str, expected: dict[str, object]) -> None:
+    resolved = resolve_algorithm(AlgorithmSection(name=name))
+    for field, value in expected.items():
+        assert getattr(resolved, field) == value, field
+
+
+def test_overrides_field_by_field() -> None:
+    section = AlgorithmSection(name="dapo", clip_high=0.3, kl_coef=0.01, agg="seq-mean-token-mean",
+                               overlong_buffer=8, dual_clip=3.0, dpo_beta=0.5)
+    resolved = resolve_algorithm(section)
+    assert resolved.clip_high == 0.3 and resolved.kl_coef == 0.01
+    assert resolved.agg == "seq-mean-token-mean" and resolved.overlong_buffer == 8
+    assert resolved.clip_low == 0.2  # left None: preset value kept
+    assert resolved.dual_clip == 3.0 and resolved.dpo_beta == 0.5
+
+
+def test_hargo_dict() -> None:
+    resolved = resolve_algorithm(AlgorithmSection(name="hargo",
+                                                  hargo={"confidence": False, "max_weight": 4}))
+    assert resolved.hargo == HargoParams(confidence=False, max_weight=4.0)
+    assert resolved.needs_reference
+    with pytest.raises(ValueError, match=r"algorithm.hargo: unknown key 'alpha' \(valid: "):
+        resolve_algorithm(AlgorithmSection(name="hargo", hargo={"alpha": 1}))
+    # validated, but unused, for other methods
+    assert resolve_algorithm(AlgorithmSection(name="grpo", hargo={"max_weight": 2})).hargo is None
+    with pytest.raises(ValueError, match="max_weight"):
+        resolve_algorithm(AlgorithmSection(name="grpo", hargo={"max_weight": 0.1}))
+
+
+def test_unknown_values_are_one_line_errors() -> None:
+    with pytest.raises(ValueError, match=r"unknown method 'ppo' \(valid: grpo, dr_grpo, "):
+        resolve_algorithm(SimpleNamespace(name="ppo"))
+    with pytest.raises(ValueError, match=r"algorithm.estimator: unknown value 'x' \(valid: "):
+        resolve_algorithm(AlgorithmSection(estimator="x"))
+    with pytest.raises(ValueError, match=r"algorithm.agg: unknown value 'mean'"):
+        resolve_algorithm(AlgorithmSection(agg="mean"))
+
+
+def test_policy_loss_kwargs_and_helpers() -> None:
+    rloo = resolve_algorithm(AlgorithmSection(name="rloo"))
+    assert rloo.policy_loss_kwargs()["kl_coef"] == 0.0  # KL goes into the reward instead
+    gspo = resolve_algorithm(AlgorithmSection(name="gspo")).policy_loss_kwargs()
+    assert gspo["ratio_level"] == "sequence" and gspo["loss_type"] == "ppo"
+    dapo = resolve_algorithm(AlgorithmSection(name="dapo"))
+    assert dapo.overlong_buffer_tokens(64) == 12  # a fifth, as DAPO's 4096 / 20480
+    assert resolve_algorithm(AlgorithmSection(name="grpo")).overlong_buffer_tokens(64) == 0
+    assert not resolve_algorithm(AlgorithmSection(name="dr_grpo")).needs_reference
+    assert resolve_algorithm(AlgorithmSection(name="dpo")).needs_reference
+
+
+def test_resolved_is_frozen() -> None:
+    resolved = resolve_algorithm(AlgorithmSection())
+    with pytest.raises(AttributeError):
+        resolved.kl_coef = 1.0  # type: ignore[misc]
