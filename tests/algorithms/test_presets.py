@@ -56,12 +56,15 @@ def test_hargo_dict() -> None:
                                                   hargo={"confidence": False, "max_weight": 4}))
     assert resolved.hargo == HargoParams(confidence=False, max_weight=4.0)
     assert resolved.needs_reference
+    # a plain mapping (API users without the config) is validated by HargoParams.from_dict
     with pytest.raises(ValueError, match=r"algorithm.hargo: unknown key 'alpha' \(valid: "):
-        resolve_algorithm(AlgorithmSection(name="hargo", hargo={"alpha": 1}))
+        resolve_algorithm(SimpleNamespace(name="hargo", hargo={"alpha": 1}))
     # validated, but unused, for other methods
     assert resolve_algorithm(AlgorithmSection(name="grpo", hargo={"max_weight": 2})).hargo is None
     with pytest.raises(ValueError, match="max_weight"):
-        resolve_algorithm(AlgorithmSection(name="grpo", hargo={"max_weight": 0.1}))
+        resolve_algorithm(SimpleNamespace(name="grpo", hargo={"max_weight": 0.1}))
+    with pytest.raises(ValueError, match="max_weight"):  # the typed config section refuses too
+        AlgorithmSection(name="grpo", hargo={"max_weight": 0.1})
 
 
 def test_unknown_values_are_one_line_errors() -> None:
