@@ -63,6 +63,16 @@ def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
         raise UsageFailure(str(err)) from None
 
 
+def _register_area_commands() -> None:
+    """Each area owns its click group (`<package>/commands.py`); the CLI only mounts them."""
+    from hargo_hpc.bench.commands import bench
+
+    main.add_command(bench)
+
+
+_register_area_commands()
+
+
 def run() -> None:
     """Entry point for `python -m hargo_hpc`."""
     sys.exit(main())

@@ -1,8 +1,9 @@
 """Build: compile the kernel as its own translation unit, inspect it, link it with the driver.
 
-    kernel.c --[compiler flags -include hargo_gemm.h -c, sandboxed, timeout]--> kernel.o
-    kernel.o --[nm -P, readelf -S: validate.check_object]--> accepted
-    kernel.o + driver.o --[compiler flags -fopenmp -lm -z noexecstack, sandboxed]--> gemm.bin
+    kernel.c --[compiler flags -include hargo_gemm.h -c]--> kernel.o
+    kernel.o + driver.o --[compiler flags -fopenmp -lm -z noexecstack]--> gemm.bin
+    (both in one sandboxed shell, one timeout), then
+    kernel.o --[readelf -s -S: validate.check_object]--> accepted, or the build is rejected
 
 The prototype header makes a wrongly typed gemm a compiler error ("conflicting types"), which is
 reported as a format violation.  Builds are cached by hash(source, compiler identity, flags,
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -24,17 +26,13 @@ from importlib import resources
 from pathlib import Path
 
 from hargo_hpc.bench.cache import CompileCache, cache_key
-from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed
+from hargo_hpc.bench.sandbox import InfraError, Limits, base_env, run_sandboxed
 from hargo_hpc.bench.settings import BenchSettings
-from hargo_hpc.bench.validate import SIGNATURE, Violation, check_object
+from hargo_hpc.bench.validate import SIGNATURE, Violation, check_object, parse_readelf
 
 PROTOTYPE = f"{SIGNATURE};\n"
 LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack"]
 DRIVER_FLAGS = ["-O2", "-fopenmp"]
-
-
-class InfraError(Exception):
-    """The harness or the machine failed (not the policy's fault)."""
 
 
 @dataclass
@@ -147,43 +145,41 @@ def build_kernel(
         shutil.copy2(driver_o, Path(work, "driver.o"))
         env = base_env(work, {"PATH": f"{os.path.dirname(compiler)}:/usr/bin:/bin"})
         limits = _compile_limits(settings, timeout_s)
+        compile_cmd = [compiler, *flags, "-include", "hargo_gemm.h", "-c", "kernel.c",
+                       "-o", "kernel.o"]  # fmt: skip
+        link_cmd = [compiler, *flags, "kernel.o", "driver.o", *LINK_FLAGS,
+                    *(trusted_link or []), "-o", "gemm.bin"]  # fmt: skip
+        # one sandboxed shell for both steps (one process start fewer); the binary is only
+        # ever run after the object passed the checks below
+        script = f"{shlex.join(compile_cmd)} && {shlex.join(link_cmd)}"
         res = run_sandboxed(
-            [compiler, *flags, "-include", "hargo_gemm.h", "-c", "kernel.c", "-o", "kernel.o"],
-            work, limits, env, user=settings.sandbox_user, output_cap=cap * 4,
+            ["/bin/sh", "-c", script], work, limits, env, user=settings.sandbox_user,
+            output_cap=cap * 4,
         )  # fmt: skip
         output = _excerpt(res.output, work, cap)
+        seconds = time.monotonic() - start
         if res.timed_out or res.signal in (9, 24):  # SIGKILL by us, SIGXCPU
             return Build("timeout", f"compile exceeded {timeout_s:g} s", output, None, False,
-                         time.monotonic() - start)  # fmt: skip
-        if res.returncode != 0:
+                         seconds)  # fmt: skip
+        obj = Path(work, "kernel.o")
+        if not obj.is_file():
             if "conflicting types for" in res.output and "gemm" in res.output:
                 verdict, reason = "format_violation", f"gemm is not {SIGNATURE}"
             else:
                 verdict, reason = "compile_error", _first_error(output)
             cache.store(key, {"verdict": verdict, "reason": reason, "output": output})
-            return Build(verdict, reason, output, None, False, time.monotonic() - start)
-        obj = Path(work, "kernel.o")
+            return Build(verdict, reason, output, None, False, seconds)
         if trusted_link is None:
             try:
-                check_object(_nm(obj), _sections(obj))
+                check_object(*parse_readelf(_tool(["readelf", "-s", "-S", "-W", str(obj)])))
             except Violation as v:
                 meta = {"verdict": "format_violation", "reason": str(v), "output": output}
                 cache.store(key, meta)
-                return Build("format_violation", str(v), output, None, False,
-                             time.monotonic() - start)  # fmt: skip
-        link = run_sandboxed(
-            [compiler, *flags, "kernel.o", "driver.o", *LINK_FLAGS, *(trusted_link or []),
-             "-o", "gemm.bin"],
-            work, limits, env, user=settings.sandbox_user, output_cap=cap,
-        )  # fmt: skip
-        if link.timed_out:
-            return Build("timeout", "link timed out", link.output, None, False,
-                         time.monotonic() - start)  # fmt: skip
-        if link.returncode != 0:
-            out = _excerpt(link.output, work, cap)
-            cache.store(key, {"verdict": "compile_error", "reason": "link failed", "output": out})
-            return Build("compile_error", "link failed", out, None, False,
-                         time.monotonic() - start)  # fmt: skip
+                return Build("format_violation", str(v), output, None, False, seconds)
+        if res.returncode != 0 or not Path(work, "gemm.bin").is_file():
+            cache.store(key, {"verdict": "compile_error", "reason": "link failed",
+                              "output": output})  # fmt: skip
+            return Build("compile_error", "link failed", output, None, False, seconds)
         meta = {"verdict": "built", "reason": "", "output": output}
         entry = cache.store(key, meta, {"gemm.bin": str(Path(work, "gemm.bin"))})
     return Build("built", "", output, entry / "gemm.bin", False, time.monotonic() - start)
@@ -204,18 +200,3 @@ def _tool(argv: list[str]) -> str:
     if proc.returncode != 0:
         raise InfraError(f"{argv[0]} failed: {proc.stderr[:300]}")
     return proc.stdout
-
-
-def _nm(obj: Path) -> str:
-    return _tool(["nm", "-P", str(obj)])
-
-
-def _sections(obj: Path) -> list[str]:
-    names = []
-    for line in _tool(["readelf", "-S", "-W", str(obj)]).splitlines():
-        line = line.strip()
-        if line.startswith("[") and "]" in line:
-            rest = line.split("]", 1)[1].split()
-            if rest and not rest[0].isdigit():
-                names.append(rest[0])
-    return names

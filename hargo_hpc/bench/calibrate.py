@@ -73,12 +73,15 @@ class Row:
 def calibrate(
     settings: BenchSettings, problem: Problem, *, cache_dir: str | None = None
 ) -> tuple[float, list[Row], str]:
-    """(roof GFLOPS, table rows, where the roof was stored)."""
+    """(roof GFLOPS, table rows, where the roof was stored).
+
+    Every row's percentage is its median GFLOPS over the roof (OpenBLAS's best call)."""
     blas = openblas_result(settings, problem, cache_dir=cache_dir)
     roof = blas.gflops["max"]
     path = store_roof(blas.threads, problem.shape,
                       {"gflops": roof, "median": blas.gflops["median"]})  # fmt: skip
-    rows = [Row("openblas (roof)", "ok", blas.gflops["median"], roof, 100.0)]
+    rows = [Row("openblas (roof)", "ok", blas.gflops["median"], roof,
+                100.0 * blas.gflops["median"] / roof)]  # fmt: skip
     for name in REFERENCE_KERNELS:
         req = BenchRequest(id=f"calibrate-{name}", completion=kernel_source(name), problem=problem)
         res = run_bench(req, settings, cache_dir=cache_dir, roof=roof)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -46,7 +47,7 @@ def run_cmd(
 ) -> None:
     """Benchmark one completion or C file (FILE, or - for stdin) and print its record."""
     try:
-        text = sys.stdin.read() if file == "-" else open(file, encoding="utf-8").read()
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UsageFailure(f"cannot read {file}: {err}") from None
     settings = _settings(size, reps, threads)

@@ -50,9 +50,6 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 void gemm(int M, int N, int K, const double *A, const double *B, double *C);
 
@@ -332,16 +329,11 @@ int main(int argc, char **argv) {
     double *times = malloc(sizeof(double) * (size_t)reps);
     if (!times) report_infra("malloc failed");
 
-#ifdef _OPENMP
-    /* start the thread pool in trusted code, before the filter */
-#pragma omp parallel
-    {
-        volatile int x = omp_get_thread_num();
-        (void)x;
-    }
-#endif
+    /* No OpenMP region of our own: a pool of spinning idle threads would steal cycles from
+     * kernels that thread otherwise (OpenBLAS).  The kernel's first parallel region creates
+     * the pool under the filter (clone with CLONE_THREAD is allowed). */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* no core files, no ptrace by the same uid */
-    int filtered = getenv("HARGO_NO_SECCOMP") ? 0 : install_seccomp();
+    int filtered = install_seccomp();
     fprintf(verdict, "SANDBOX seccomp=%s\n", filtered ? "on" : "off");
     fprintf(verdict, "READY\n");
     fflush(verdict);

@@ -80,7 +80,7 @@ class BenchRequest:
 class BenchResult:
     """The JSON-able result record (see docs/bench.md for every field)."""
 
-    id: str
+    request_id: str
     status: str = "infra_error"
     reward: float | None = None
     reason: str = ""
@@ -90,6 +90,7 @@ class BenchResult:
     check_size: list[int] = field(default_factory=list)
     gflops: dict[str, float] | None = None
     times_s: dict[str, Any] | None = None
+    seed: int | None = None
     suspicious: bool = False
     roof_gflops: float | None = None
     threads: int = 0
@@ -131,7 +132,7 @@ def run_request(
             stage=request.get("stage"),
         )
     except (ValueError, TypeError, AttributeError) as err:
-        res = BenchResult(id=rid, reason=f"bad request: {err}")
+        res = BenchResult(request_id=rid, reason=f"bad request: {err}")
         return res.to_dict()
     return run_bench(req, settings, cache_dir=cache_dir).to_dict()
 
@@ -150,7 +151,7 @@ def run_bench(
     deadline = start + settings.request_timeout_s
     p = req.problem
     res = BenchResult(
-        id=req.id, problem=p.name, size=[p.M, p.N, p.K], check_size=list(p.check),
+        request_id=req.id, problem=p.name, size=[p.M, p.N, p.K], check_size=list(p.check),
         threads=allocated_threads(settings), compiler=settings.compiler,
         flags=list(settings.flags), stage=req.stage,
     )  # fmt: skip
@@ -203,7 +204,8 @@ def _run(
     cache = CompileCache(cache_dir or settings.cache_dir or None)
     budget = min(settings.compile_timeout_s, deadline - time.monotonic())
     build = build_kernel(code, settings, cache, timeout_s=budget, trusted_link=trusted_link)
-    res.cache_hit, res.compile_s, res.output = build.cache_hit, round(build.seconds, 4), build.output
+    res.cache_hit, res.output = build.cache_hit, build.output
+    res.compile_s = round(build.seconds, 4)
     if build.verdict != "built":
         res.status, res.reason = build.verdict, build.reason
         return
@@ -238,8 +240,10 @@ def _execute(
         binary = os.path.join(workdir, "gemm.bin")
         shutil.copyfile(build.binary, binary)
         os.chmod(binary, 0o755)
-        omp = {"OMP_NUM_THREADS": str(t), "OMP_THREAD_LIMIT": str(t), "OMP_PROC_BIND": "close",
-               "OMP_DYNAMIC": "false", "OPENBLAS_NUM_THREADS": str(t)}  # fmt: skip
+        omp = {"OMP_NUM_THREADS": str(t), "OMP_THREAD_LIMIT": str(t), "OMP_DYNAMIC": "false",
+               "OPENBLAS_NUM_THREADS": str(t)}  # fmt: skip
+        if settings.proc_bind:
+            omp["OMP_PROC_BIND"] = settings.proc_bind
         if os.environ.get("OPENBLAS_CORETYPE"):
             omp["OPENBLAS_CORETYPE"] = os.environ["OPENBLAS_CORETYPE"]
         limits = Limits(
@@ -251,8 +255,9 @@ def _execute(
             open_files=32,
             stack_mb=8,
         )
+        res.seed = settings.seed or int.from_bytes(os.urandom(7), "little")
         argv = [binary, str(p.M), str(p.N), str(p.K), *map(str, p.check),
-                str(settings.warmup), str(settings.repetitions), str(settings.seed)]  # fmt: skip
+                str(settings.warmup), str(settings.repetitions), str(res.seed)]  # fmt: skip
         out = run_sandboxed(
             argv, workdir, limits, base_env(workdir, omp), user=settings.sandbox_user,
             channel_fd=True, output_cap=settings.output_cap_bytes,

@@ -15,10 +15,12 @@ Layers (each listed in the result record when in force; see docs/bench.md for wh
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pwd
 import resource
+import select
 import signal
 import subprocess
 import time
@@ -28,6 +30,10 @@ from dataclasses import dataclass, field
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class InfraError(Exception):
+    """The harness or the machine failed (not the policy's fault): status infra_error."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def probe_netns() -> str | None:
     return None
 
 
-_NETNS: str | None | bool = False  # False = not probed yet
+_NETNS: str | bool | None = False  # False = not probed yet
 
 
 def netns_mode() -> str | None:
@@ -181,19 +187,21 @@ def run_sandboxed(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=child_setup,  # noqa: PLW1509 - single-threaded use is documented
+            preexec_fn=child_setup,
             pass_fds=(3,) if channel_fd else (),
             close_fds=True,
         )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise InfraError(
+            f"cannot start {os.path.basename(argv[0])} in the sandbox: {err} (the sandbox user "
+            "must be able to traverse the temp dir: set TMPDIR to a world-traversable directory)"
+        ) from None
     finally:
         out.close()
         if chan:
             chan.close()
-    try:
-        proc.wait(timeout=limits.wall_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    _kill_group(proc.pid)
+    timed_out = not _wait(proc, limits.wall_s)
+    _kill_group(proc)
     proc.wait()
     wall = time.monotonic() - start
     rc = proc.returncode
@@ -219,11 +227,40 @@ def run_sandboxed(
     )
 
 
-def _kill_group(pgid: int) -> None:
+def _wait(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait for `proc` to exit, at most `timeout` seconds; True if it exited.
+
+    Uses a pidfd (woken exactly at exit) where the kernel has one: Popen.wait(timeout) polls
+    with sleeps of up to 50 ms, which would add that much to every compile and run.
+    """
     try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    if ready:
+        proc.wait()
+    return bool(ready)
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGKILL the whole process group, reap the leader, then wait (bounded) until the other
+    members are gone: a killed compiler with gigabytes mapped takes a moment to exit."""
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        proc.wait()
+        end = time.monotonic() + grace_s
+        while time.monotonic() < end:
+            os.killpg(pgid, 0)  # raises ProcessLookupError once the group is empty
+            time.sleep(0.005)
 
 
 def base_env(workdir: str, extra: dict[str, str] | None = None) -> dict[str, str]:

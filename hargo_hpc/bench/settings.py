@@ -37,6 +37,9 @@ class BenchSettings(BaseModel):
     warmup: int = Field(1, ge=0)
     repetitions: int = Field(5, ge=1)
     threads: int = Field(0, ge=0, description="OpenMP threads; 0 = the CPUs allocated to the job")
+    proc_bind: str = Field(
+        "close", description="OMP_PROC_BIND for the run ('' = leave threads unpinned)"
+    )
     compile_timeout_s: float = Field(30.0, gt=0)
     run_timeout_s: float = Field(20.0, gt=0)
     request_timeout_s: float = Field(120.0, gt=0)
@@ -53,7 +56,9 @@ class BenchSettings(BaseModel):
     auto_calibrate: bool = Field(
         True, description="measure and store the roof on first use when none is known"
     )
-    seed: int = Field(20261130, ge=0, description="seed of the random inputs")
+    seed: int = Field(
+        0, ge=0, description="seed of the random inputs; 0 = a fresh random seed per run"
+    )
     cache_dir: str = Field("", description="compile cache; '' = $XDG_CACHE_HOME/hargo-hpc/bench")
     sandbox_user: str = Field(
         "nobody", description="unprivileged user the code runs as when the worker is root"

@@ -34,7 +34,10 @@ SIMD = re.compile(
     r"|#\s*pragma\s+omp\s+(?:[\w ]*\s)?simd\b|#\s*pragma\s+GCC\s+ivdep|\bvector_size\s*\("
     r"|\bsv(?:float|int)\w*_t\b|\bfloat64x\d_t\b"
 )
-BLOCK_NAME = r"(?:[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC)[A-Za-z0-9_]*|[a-z_]*(?:block|tile|blk|bs)[a-z0-9_]*)"
+BLOCK_NAME = (
+    r"(?:[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC)[A-Za-z0-9_]*"
+    r"|[a-z_]*(?:block|tile|blk|bs)[a-z0-9_]*)"
+)
 BLOCKING = re.compile(
     rf"for\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(?:{BLOCK_NAME}|[A-Z][A-Z0-9_]*)\s*\)"
     rf"|<\s*\w+\s*\+\s*{BLOCK_NAME}|\b(?:MIN|min)\s*\(\s*\w+\s*\+\s*\w+\s*,"

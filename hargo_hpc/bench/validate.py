@@ -3,8 +3,8 @@
 Before compiling (`check_source`): C++ instead of C; includes other than `<system headers>`
 outside the forbidden list; a missing or wrongly typed ``gemm``; SQD-forbidden techniques.
 
-After compiling the kernel alone (`check_object`, on ``nm -P`` and ``readelf -S`` output):
-  - the only defined global symbol is ``gemm``, of type T (not weak, not an IFUNC); everything
+After compiling the kernel alone (`check_object`, on ``readelf -s -S -W`` output):
+  - the only defined global symbol is ``gemm``, a GLOBAL FUNC (not weak, not an IFUNC); everything
     else must be static (a kernel's own ``clock_gettime``, ``main`` or ``omp_get_wtime`` is out);
   - every undefined symbol is on the allow-list (libm, OpenMP runtime, memory functions and
     allocation, stdio output to the already-open streams, a few runtime helpers);
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from hargo_hpc.bench.techniques import strip_comments
+from hargo_hpc.bench.techniques import COMMENTS, strip_comments
 
 KERNEL = "gemm"
 SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -41,10 +41,11 @@ CTOR_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dto
 LIBM = {
     base + suffix
     for base in (
-        "sqrt fabs fma fmin fmax floor ceil round trunc exp exp2 expm1 log log2 log10 log1p pow "
-        "sin cos tan asin acos atan atan2 sinh cosh tanh hypot cbrt copysign nearbyint rint lround "
-        "llround lrint ldexp frexp modf fmod erf erfc"
-    ).split()
+        "sqrt", "fabs", "fma", "fmin", "fmax", "floor", "ceil", "round", "trunc", "exp", "exp2",
+        "expm1", "log", "log2", "log10", "log1p", "pow", "sin", "cos", "tan", "asin", "acos",
+        "atan", "atan2", "sinh", "cosh", "tanh", "hypot", "cbrt", "copysign", "nearbyint", "rint",
+        "lround", "llround", "lrint", "ldexp", "frexp", "modf", "fmod", "erf", "erfc",
+    )
     for suffix in ("", "f", "l")
 }
 ALLOWED_UNDEFINED = LIBM | {
@@ -70,7 +71,7 @@ def check_source(code: str, language: str = "c") -> None:
     src = strip_comments(code)
     if language != "c" or CPP_MARKERS.search(src):
         raise Violation("the code is C++, not C")
-    for directive, rest in INCLUDE.findall(src):
+    for directive, rest in INCLUDE.findall(COMMENTS.sub(" ", code)):
         if directive != "include":
             raise Violation(f"#{directive} is not allowed")
         m = re.match(r"<\s*([A-Za-z0-9_./+-]+)\s*>", rest.strip())
@@ -122,31 +123,44 @@ def check_forbidden(techniques: list[str], forbidden: list[str]) -> None:
         raise Violation(f"uses technique(s) forbidden at this stage: {', '.join(used)}")
 
 
-def check_object(nm_output: str, sections: list[str]) -> None:
+def parse_readelf(text: str) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """Symbols (name, bind, type, ndx) and section names from ``readelf -s -S -W`` output."""
+    symbols, sections = [], []
+    for line in text.splitlines():
+        parts = line.split()
+        if line.lstrip().startswith("[") and "]" in line:
+            rest = line.split("]", 1)[1].split()
+            if rest and rest[0].startswith("."):
+                sections.append(rest[0])
+        elif len(parts) >= 8 and parts[0].endswith(":") and parts[0][:-1].isdigit():
+            _, _, _, typ, bind, _, ndx, name = parts[:8]
+            symbols.append((name, bind, typ, ndx))
+    return symbols, sections
+
+
+def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) -> None:
     """Raise Violation when the compiled kernel object defines or needs the wrong symbols.
 
-    `nm_output` is ``nm -P`` (name type [value size]); `sections` the section names.
+    `symbols` are (name, bind, type, section index) as readelf prints them; `sections` the
+    section names (see parse_readelf).
     """
-    kernel_type = None
-    for line in nm_output.splitlines():
-        parts = line.split()
-        if len(parts) < 2:
+    kernel = None
+    for name, bind, typ, ndx in symbols:
+        if bind == "LOCAL" or not name:
             continue
-        name, kind = parts[0], parts[1]
-        if kind in "Uwv":
+        if ndx == "UND":
             if name in ALLOWED_UNDEFINED or name.startswith(ALLOWED_PREFIXES):
                 continue
             if BLAS.search(name):
                 raise Violation(f"calls a BLAS ({name}); the kernel must compute the product")
             raise Violation(f"uses {name}, which is not on the allow-list")
-        if name == KERNEL:
-            kernel_type = kind
-        elif kind.isupper() or kind in "uiV":
+        if name != KERNEL:
             raise Violation(f"defines global symbol {name}; only gemm may be global")
-    if kernel_type is None:
+        kernel = (bind, typ)
+    if kernel is None:
         raise Violation("the object defines no gemm")
-    if kernel_type != "T":
-        raise Violation(f"gemm must be an ordinary global function (nm type {kernel_type})")
+    if kernel != ("GLOBAL", "FUNC"):
+        raise Violation(f"gemm must be an ordinary global function, not {' '.join(kernel)}")
     for sec in sections:
         if sec.startswith(CTOR_SECTIONS) or sec in (".init", ".fini"):
             raise Violation(f"section {sec}: constructors and destructors are not allowed")

@@ -1,0 +1,194 @@
+"""Unit tests of the pure parts: extraction, validation, techniques, reward, cache."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from hargo_hpc.bench.cache import CompileCache, cache_key
+from hargo_hpc.bench.extract import extract_code
+from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
+from hargo_hpc.bench.validate import (
+    Violation,
+    check_object,
+    check_source,
+    normalise_param,
+    parse_readelf,
+)
+
+SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+
+
+def test_extract_plain_c_and_no_code() -> None:
+    ex = extract_code(f"{SIG} {{ C[0] = 0; }}")
+    assert ex is not None and ex.code.startswith("void gemm") and ex.blocks == 0
+    assert extract_code("Sure! Here is an explanation without code.") is None
+
+
+def test_extract_prefers_last_c_block_defining_gemm() -> None:
+    text = (
+        "naive first:\n```c\n" + SIG + " { /* v1 */ }\n```\nthen a helper:\n"
+        "```c\nstatic int helper(void) { return 1; }\n```\nbetter:\n```c\n"
+        + SIG + " { /* v2 */ }\n```\nand a usage example:\n```c\nint x = 1;\n```\n"
+    )
+    ex = extract_code(text)
+    assert ex is not None and "v2" in ex.code and ex.blocks == 4
+
+
+def test_extract_c_tag_beats_untagged_and_cpp_is_flagged() -> None:
+    text = f"```\n{SIG} {{ /* untagged */ }}\n```\n```c\n{SIG} {{ /* tagged */ }}\n```"
+    assert "tagged */" in extract_code(text).code and "untagged" not in extract_code(text).code
+    cpp = extract_code(f"```cpp\n{SIG} {{ }}\n```")
+    assert cpp is not None and cpp.language == "c++"
+
+
+def test_extract_unterminated_fence_and_think() -> None:
+    ex = extract_code(f"<think>```c\nint bogus;\n```</think>\n```c\n{SIG} {{ C[0] = 1; }}")
+    assert ex is not None and "bogus" not in ex.code and "C[0] = 1" in ex.code
+
+
+@pytest.mark.parametrize(
+    ("param", "want"),
+    [
+        ("int M", "int"),
+        ("const int M", "int"),
+        ("const double *restrict A", "const double*"),
+        ("const double* __restrict__ A", "const double*"),
+        ("double *const C", "double*"),
+        ("double C[]", "double*"),
+        ("double *C", "double*"),
+        ("float *C", "float*"),
+    ],
+)
+def test_normalise_param(param: str, want: str) -> None:
+    assert normalise_param(param) == want
+
+
+def test_check_source_accepts_common_spellings() -> None:
+    check_source(
+        "#include <stdlib.h>\n#include <immintrin.h>\n#include <omp.h>\n"
+        "void gemm(const int M, const int N, const int K, const double *restrict A,\n"
+        "          const double *restrict B, double *restrict C) { }\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "#include <cblas.h>\n" + SIG + " {}",
+        '#include "kernel.h"\n' + SIG + " {}",
+        "#include </dev/zero>\n" + SIG + " {}",
+        "#include <../../etc/passwd>\n" + SIG + " {}",
+        "int gemm(int M, int N, int K, const double *A, const double *B, double *C) {}",
+        "void gemm(int M, int N, const double *A, const double *B, double *C) {}",
+        "void gemm(long M, int N, int K, const double *A, const double *B, double *C) {}",
+        "void gemm(int M, int N, int K, double *A, const double *B, double *C) {}",
+        SIG + " {}\nint main() { return 0; }",
+        "// " + SIG + " {}",
+    ],
+)
+def test_check_source_rejects(code: str) -> None:
+    with pytest.raises(Violation):
+        check_source(code)
+
+
+def syms(*rows: str) -> list[tuple[str, str, str, str]]:
+    """'name BIND TYPE NDX' rows -> symbol tuples."""
+    return [tuple(r.split()[i] for i in (0, 1, 2, 3)) for r in rows]  # type: ignore[misc]
+
+
+def test_check_object_rules() -> None:
+    good = syms("gemm GLOBAL FUNC 1", "helper LOCAL FUNC 1", "sqrt GLOBAL NOTYPE UND",
+                "malloc GLOBAL NOTYPE UND", "GOMP_parallel GLOBAL NOTYPE UND",
+                "omp_get_num_threads GLOBAL NOTYPE UND")  # fmt: skip
+    check_object(good, [".text", ".data", ".note.GNU-stack"])
+    for rows, why in [
+        (("gemm GLOBAL FUNC 1", "clock_gettime GLOBAL FUNC 1"), "clock_gettime"),
+        (("gemm GLOBAL FUNC 1", "system GLOBAL NOTYPE UND"), "system"),
+        (("gemm GLOBAL FUNC 1", "scipy_cblas_dgemm64_ GLOBAL NOTYPE UND"), "BLAS"),
+        (("gemm WEAK FUNC 1",), "WEAK"),
+        (("gemm GLOBAL IFUNC 1",), "IFUNC"),
+        (("helper LOCAL FUNC 1",), "no gemm"),
+        (("gemm GLOBAL FUNC 1", "table GLOBAL OBJECT 3"), "table"),
+        (("gemm GLOBAL FUNC 1", "buf GLOBAL OBJECT COM"), "buf"),
+    ]:
+        with pytest.raises(Violation, match=why):
+            check_object(syms(*rows), [".text"])
+    with pytest.raises(Violation, match="init_array"):
+        check_object(syms("gemm GLOBAL FUNC 1"), [".text", ".init_array"])
+
+
+def test_parse_readelf() -> None:
+    text = """
+  [ 1] .text             PROGBITS        0000000000000000 000040 0000f6 00  AX  0   0 16
+  [ 5] .init_array       INIT_ARRAY      0000000000000000 000140 000008 08  WA  0   0  8
+     3: 0000000000000000     1 FUNC    LOCAL  DEFAULT    1 early
+     9: 0000000000000000     0 NOTYPE  GLOBAL DEFAULT  UND sqrt
+    10: 00000000000000c0    41 FUNC    GLOBAL DEFAULT    1 gemm
+"""
+    symbols, sections = parse_readelf(text)
+    assert sections == [".text", ".init_array"]
+    assert symbols == [("early", "LOCAL", "FUNC", "1"), ("sqrt", "GLOBAL", "NOTYPE", "UND"),
+                       ("gemm", "GLOBAL", "FUNC", "1")]  # fmt: skip
+
+
+def test_detect_techniques() -> None:
+    assert detect_techniques(SIG + "{ for (int i = 0; i < M; i++) C[i] = 0; }") == []
+    omp = "#pragma omp parallel for\nfor (int i = 0; i < M; i++) {}"
+    assert detect_techniques(omp) == ["openmp"]
+    assert detect_techniques("#pragma omp simd\nfor (;;) {}") == ["simd"]
+    assert detect_techniques("__m256d x = _mm256_setzero_pd();") == ["simd"]
+    blk = "for (int ii = 0; ii < M; ii += BLOCK) for (int i = ii; i < MIN(ii + BLOCK, M); i++) {}"
+    assert detect_techniques(blk) == ["blocking"]
+    unr = "for (j = 0; j < N; j += 4) { c[j] += a; c[j + 1] += a; c[j + 2] += a; c[j + 3] += a; }"
+    assert detect_techniques(unr) == ["unrolling"]
+    assert detect_techniques("/* #pragma omp parallel for */ int x;") == []
+    assert normalise_forbidden(["OpenMP", "tiling", "omp"]) == ["openmp", "blocking"]
+    with pytest.raises(ValueError):
+        normalise_forbidden(["quantum"])
+
+
+def test_reward_shaping_and_penalties() -> None:
+    s = BenchSettings()
+    assert penalty("format_violation", s) == -100 and penalty("compile_error", s) == -40
+    assert penalty("timeout", s) == -30 and penalty("runtime_error", s) == -20
+    assert penalty("wrong_result", s) == -10 and penalty("infra_error", s) is None
+    assert shaped_reward(30.0, 60.0, s) == pytest.approx(50.0)  # scaled: % of roof
+    assert shaped_reward(90.0, 60.0, s) == pytest.approx(100.0)
+    raw = s.model_copy(update={"shaping": "raw", "reward_scale": 0.5})
+    assert shaped_reward(30.0, 60.0, raw) == pytest.approx(15.0)
+    log = s.model_copy(update={"shaping": "log"})
+    assert shaped_reward(60.0, 60.0, log) == pytest.approx(100.0)
+    assert shaped_reward(7.0, 63.0, log) == pytest.approx(100 * math.log(8) / math.log(64))
+    assert shaped_reward(10.0, None, s) == 10.0
+    assert is_suspicious(67.0, 60.0, s) and not is_suspicious(65.0, 60.0, s)
+    assert not is_suspicious(1e9, None, s)
+
+
+def test_cache_key_is_unambiguous() -> None:
+    assert cache_key("ab", "c") != cache_key("a", "bc")
+
+
+def _publish(args: tuple[str, int]) -> str:
+    root, n = args
+    cache = CompileCache(root)
+    src = Path(root) / f"src-{n}"
+    src.write_text(f"binary {n}")
+    return str(cache.store("k" * 64, {"verdict": "built", "n": n}, {"gemm.bin": str(src)}))
+
+
+def test_cache_concurrent_publishers_agree(tmp_path: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        entries = pool.map(_publish, [(str(tmp_path), n) for n in range(16)])
+    assert len(set(entries)) == 1
+    meta, entry = CompileCache(tmp_path).load("k" * 64)
+    assert (entry / "gemm.bin").read_text() == f"binary {meta['n']}"
+    assert json.loads((entry / "meta.json").read_text())["files"] == ["gemm.bin"]
+    leftovers = [p for p in (tmp_path / "kk").iterdir() if p.name != "k" * 64]
+    assert leftovers == []
