@@ -1,0 +1,93 @@
+"""Submitting and watching batch jobs with the Slurm commands (`sbatch`, `sacct`, `scancel`)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from hargo_hpc.config import ExperimentConfig
+from hargo_hpc.slurm.render import render_script
+
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message quotes the command and its stderr."""
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]} not found: is this a Slurm login node?") from None
+    if done.returncode != 0:
+        raise SlurmError(f"{shlex.join(argv)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def bench_worker_script(
+    config: ExperimentConfig,
+    handoff_dir: str | os.PathLike[str],
+    config_file: str | os.PathLike[str],
+    *,
+    log_dir: str | os.PathLike[str],
+    python: str | None = None,
+) -> str:
+    """The batch script of the bench worker array (`[slurm.bench]`, `handoff.workers` tasks)."""
+    return render_script(
+        "bench_worker.sh.j2",
+        job_name=f"{config.run.name}-bench",
+        resources=config.slurm.bench,
+        log_dir=log_dir,
+        array=f"0-{config.handoff.workers - 1}",
+        setup=config.slurm.setup,
+        python=shlex.quote(python or config.slurm.python),
+        handoff_dir=shlex.quote(str(handoff_dir)),
+        config_file=shlex.quote(str(config_file)),
+        max_idle=config.handoff.worker_max_idle_s,
+    )
+
+
+def sbatch(script: str | os.PathLike[str]) -> str:
+    """Submit a batch script; return the job id."""
+    return _run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
+
+
+def sacct_states(job_id: str) -> dict[str, str]:
+    """JobID -> State for the job and each of its array tasks (no steps)."""
+    out = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"])
+    states = {}
+    for line in out.splitlines():
+        job, _, state = line.partition("|")
+        states[job] = state.split()[0] if state else "UNKNOWN"  # "CANCELLED by 0"
+    return states
+
+
+def wait_finished(job_id: str, count: int, timeout: float = 300) -> dict[str, str]:
+    """Poll sacct until `count` entries of the job are finished; return their states."""
+    end = time.monotonic() + timeout
+    while True:
+        states = sacct_states(job_id)
+        if sum(state in FINISHED for state in states.values()) >= count:
+            return states
+        if time.monotonic() > end:
+            raise SlurmError(f"job {job_id}: not finished after {timeout:.0f}s: {states}")
+        time.sleep(0.5)
+
+
+def scancel(job_id: str) -> None:
+    _run(["scancel", job_id])
+
+
+def write_script(text: str, path: str | os.PathLike[str]) -> Path:
+    """Write a batch script (executable) and return its path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    target.chmod(0o755)
+    return target
+
