@@ -11,8 +11,10 @@ import sys
 import click
 
 from hargo_hpc import __version__
+from hargo_hpc.bench.commands import bench
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+from hargo_hpc.handoff.commands import handoff, worker
 
 
 @click.group(context_settings=CONTEXT)
@@ -63,14 +65,10 @@ def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
         raise UsageFailure(str(err)) from None
 
 
-def _register_area_commands() -> None:
-    """Each area owns its click group (`<package>/commands.py`); the CLI only mounts them."""
-    from hargo_hpc.bench.commands import bench
-
-    main.add_command(bench)
-
-
-_register_area_commands()
+# Each area owns its commands (`<package>/commands.py`); the CLI only mounts them.
+main.add_command(bench)
+main.add_command(handoff)
+main.add_command(worker)
 
 
 def run() -> None:

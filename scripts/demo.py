@@ -131,6 +131,12 @@ def main(argv: list[str]) -> int:
     print(f"[4/6] all results in after {time.monotonic() - start:.1f} s")
 
     ordered = [rid for group in groups for rid, *_ in group]
+    unscored = [rid for rid in ordered if not results[rid].get("scored", True)]
+    if unscored:  # infra_error (timeouts, give-ups): never scored against the policy
+        print(f"error: no reward for {', '.join(unscored)}: "
+              f"{results[unscored[0]].get('reason', '')}", file=sys.stderr)
+        trainer.stop("demo failed")
+        return 1
     rewards = torch.tensor([float(results[rid]["reward"]) for rid in ordered])
     group_index = torch.tensor([g for g, group in enumerate(groups) for _ in group])
     advantages = compute_advantages("grpo", rewards, group_index)

@@ -5,6 +5,8 @@
 - `create_exclusive`: temp name, write, fsync, then `link` it to the final name. `link` fails
   with EEXIST when the name exists, on every POSIX filesystem including NFS, so exactly one
   of many concurrent writers creates the file, and it appears with its full content.
+- `open_exclusive`: O_EXCL create at the final name, for claims (name taken atomically,
+  content informational).
 - `touch`: renew a lease by changing the file's mtime.
 
 OS errors become `HandoffError` with one line that says what happened (full disk, read-only
@@ -92,6 +94,28 @@ def create_exclusive(path: Path, obj: Any, *, fsync: bool = True) -> bool:
         return link_exclusive(tmp, path)
     finally:
         _unlink_quietly(tmp)
+
+
+def open_exclusive(path: Path, obj: Any) -> bool:
+    """Create `path` with O_EXCL and write JSON `obj` into it; False when it already exists.
+
+    The name is taken atomically, but the content appears just after it (a reader may see an
+    empty or partial file). Only for claims, whose content is informational: the protocol
+    reads their names and mtimes, never their content.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        raise describe(err, "create", path) from None
+    try:
+        os.write(fd, encode(obj))
+    except OSError as err:
+        raise describe(err, "write", path) from None
+    finally:
+        os.close(fd)
+    return True
 
 
 def link_exclusive(source: Path, path: Path) -> bool:

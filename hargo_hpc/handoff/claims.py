@@ -1,6 +1,6 @@
 """Claims and leases: who holds which request, and when a holder is presumed dead.
 
-A claim is the file `claims/<rid>.<n>.claim`, created exclusively (link) for attempt `n`; the
+A claim is the file `claims/<rid>.<n>.claim`, created exclusively (O_EXCL) for attempt `n`; the
 winner of attempt `n` is the only worker entitled to benchmark it. The holder renews the lease by
 touching the file (mtime) every `lease_s / 4` seconds.
 
@@ -38,7 +38,7 @@ class Attempts:
         return max(self.states, default=0)
 
     def state(self, attempt: int) -> str:
-        """failed > released > claim: a marker written before its claim was removed wins."""
+        """failed > released > claim: a marker, written next to its claim, decides."""
         found = self.states.get(attempt, set())
         for state in ("failed", "released", "claim"):
             if state in found:
@@ -73,6 +73,34 @@ def scan_claims(directory: Path) -> dict[str, Attempts]:
         rid, attempt, state = parsed
         found.setdefault(rid, Attempts()).states.setdefault(attempt, set()).add(state)
     return found
+
+
+class ClaimIndex:
+    """`scan_claims` for repeated listings: only names not seen before are parsed.
+
+    Claim files are only ever added while a step is open; if a name vanishes (compaction, or
+    a claim undone because the result was already there) the index starts over.
+    """
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._attempts: dict[str, Attempts] = {}
+
+    def update(self, directory: Path) -> dict[str, Attempts]:
+        try:
+            current = {name for name in os.listdir(directory) if not name.startswith(".")}
+        except FileNotFoundError:
+            current = set()
+        if self._names - current:
+            self._names, self._attempts = set(), {}
+        for name in current - self._names:
+            parsed = parse_claim_name(name)
+            if parsed is not None:
+                rid, attempt, state = parsed
+                found = self._attempts.setdefault(rid, Attempts())
+                found.states.setdefault(attempt, set()).add(state)
+        self._names = current
+        return self._attempts
 
 
 class LeaseObserver:

@@ -107,14 +107,16 @@ def handoff_schema(kind: str | None) -> None:
               help="infra failures before infra_error [handoff.max_attempts]")
 @click.option("--config", "job", type=click.Path(dir_okay=False),
               help="experiment file: its [handoff] and [bench] sections")
+@click.option("--fsync/--no-fsync", default=None,
+              help="fsync results before they are linked into place [handoff.fsync]")
 @click.option("--workload", metavar="MODULE:FUNCTION",
               help="a callable request -> record instead of the real bench")
 @click.option("--worker-id", help="default: Slurm array job/task or job id, host, pid")
 @click.option("-q", "--quiet", is_flag=True, help="log warnings and errors only")
 def worker(
     directory: str, max_idle: float | None, max_requests: int | None, threads: int | None,
-    lease: float | None, max_attempts: int | None, job: str | None, workload: str | None,
-    worker_id: str | None, quiet: bool,
+    lease: float | None, max_attempts: int | None, job: str | None, fsync: bool | None,
+    workload: str | None, worker_id: str | None, quiet: bool,
 ) -> None:
     """Claim, benchmark and answer requests of a handoff directory until told to stop.
 
@@ -133,8 +135,11 @@ def worker(
         updates["lease_s"] = lease
     if max_attempts is not None:
         updates["max_attempts"] = max_attempts
+    if fsync is not None:
+        updates["fsync"] = fsync
     settings = settings.model_copy(update=updates)
-    run = _load_workload(workload) if workload else _call(bench_workload, bench)
+    cache_dir = (bench.cache_dir or None) if bench is not None else None
+    run = _load_workload(workload) if workload else _call(bench_workload, bench, cache_dir)
     try:
         reason = Worker(
             directory, run, settings=settings,

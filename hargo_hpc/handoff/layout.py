@@ -10,13 +10,15 @@ DIR/
     claims/<rid>.<n>.failed             attempt n failed for an infrastructure reason
     claims/<rid>.<n>.released           attempt n was given back (SIGTERM/SIGUSR1)
     results/<rid>.json                  THE result of rid: first writer wins (link)
-    duplicates/<rid>.<nonce>.json       a later result for rid, kept only to be counted
+    duplicates/<rid>.<nonce>-<n>.json   a later result for rid, kept only to be counted
     closed.json                         the trainer has every result of the step
     compacted.json                      results/ merged into one file (after closed)
 ```
 
-Every file is first written under a temp name (`.tmp-*`, leading dot) in the same directory and
-then renamed or linked into place; every reader skips names starting with a dot.
+Every file but a claim is first written under a temp name (`.tmp-*`, leading dot) in the same
+directory and then renamed or linked into place; a claim is created with O_EXCL at its name.
+Every reader skips names starting with a dot. A claim's name is never reused: markers are
+written next to it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ TEMP_PREFIX = ".tmp-"
 CLAIM_STATES = ("claim", "failed", "released")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$")
 _STEP = re.compile(r"^step-(\d{8,})$")
-_CLAIM = re.compile(r"^(?P<rid>.+)\.(?P<n>\d+)\.(?P<state>claim|failed|released)$")
 
 
 def is_temp(name: str) -> bool:
@@ -70,10 +71,12 @@ def parse_claim_name(name: str) -> tuple[str, int, str] | None:
     """(request id, attempt, state) of a claims/ entry, or None for anything else."""
     if is_temp(name):
         return None
-    match = _CLAIM.match(name)
-    if not match:
+    parts = name.rsplit(".", 2)
+    if len(parts) != 3 or parts[2] not in CLAIM_STATES or not parts[0]:
         return None
-    return match.group("rid"), int(match.group("n")), match.group("state")
+    if not (parts[1].isascii() and parts[1].isdigit()):
+        return None
+    return parts[0], int(parts[1]), parts[2]
 
 
 def result_name(rid: str) -> str:
@@ -91,6 +94,7 @@ class Layout:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._dirs: dict[tuple[int, str], Path] = {}
 
     @property
     def stop(self) -> Path:
@@ -105,25 +109,36 @@ class Layout:
         return self.root / STEPS
 
     def step(self, step: int) -> Path:
-        return self.steps / step_name(step)
+        return self._dir(step, "")
 
     def requests(self, step: int) -> Path:
         return self.step(step) / REQUESTS
 
     def claims(self, step: int) -> Path:
-        return self.step(step) / CLAIMS
+        return self._dir(step, CLAIMS)
 
     def results(self, step: int) -> Path:
-        return self.step(step) / RESULTS
+        return self._dir(step, RESULTS)
 
     def duplicates(self, step: int) -> Path:
-        return self.step(step) / DUPLICATES
+        return self._dir(step, DUPLICATES)
 
     def closed(self, step: int) -> Path:
         return self.step(step) / CLOSED
 
     def compacted(self, step: int) -> Path:
         return self.step(step) / COMPACTED
+
+    def _dir(self, step: int, sub: str) -> Path:
+        """Directories of a step, built once (the hot paths join names to them)."""
+        key = (step, sub)
+        found = self._dirs.get(key)
+        if found is None:
+            found = self.steps / step_name(step)
+            if sub:
+                found = found / sub
+            self._dirs[key] = found
+        return found
 
     def result(self, step: int, rid: str) -> Path:
         return self.results(step) / result_name(rid)

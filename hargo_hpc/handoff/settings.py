@@ -21,4 +21,6 @@ class HandoffSettings(BaseModel):
     workers: int = Field(4, ge=1, description="size of the bench worker job array")
     worker_max_idle_s: float = Field(600.0, gt=0)
     worker_threads: int = Field(1, ge=1, description="requests one worker benchmarks at once")
-    fsync: bool = Field(True, description="fsync every file before it is renamed into place")
+    fsync: bool = Field(
+        True, description="fsync results and the trainer's files before they are put in place"
+    )

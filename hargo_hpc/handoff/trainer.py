@@ -76,7 +76,7 @@ class Trainer:
         items = [self._request(step, i, r) for i, r in enumerate(requests)]
         ids = [r.id for r in items]
         if len(set(ids)) != len(ids):
-            dup = next(rid for rid in ids if ids.count(rid) > 1)
+            dup = next(rid for rid, n in Counter(ids).items() if n > 1)
             raise ValueError(f"step {step}: request id {dup!r} appears twice")
         path = self.layout.requests(step)
         if not path.exists():
@@ -116,15 +116,9 @@ class Trainer:
             try:
                 batch = schema.parse(schema.RequestBatch, read_json(path), path)
             except FileNotFoundError:
-                if self.layout.compacted(step).exists():
-                    return self._compacted_requests(step)
                 raise HandoffError(f"step {step} was never submitted ({path} missing)") from None
             self._batches[step] = [_plain(r) for r in batch.requests]
         return self._batches[step]
-
-    def _compacted_requests(self, step: int) -> list[dict[str, Any]]:
-        self._ingest(step)
-        return [{"id": rid} for rid in self._results.get(step, {})]
 
     # ------------------------------------------------------------------ results
 
@@ -205,14 +199,15 @@ class Trainer:
             except FileNotFoundError:
                 continue  # compacted meanwhile; read below
             except (SchemaError, HandoffError) as err:
-                self._quarantine(path, str(err))
-                seen.add(name)
+                if not self._quarantine(path, str(err)):
+                    seen.add(name)
+                continue
+            if result.request_id != rid or result.step != step:
+                why = f"{path}: names request {result.request_id!r} of step {result.step}"
+                if not self._quarantine(path, why):
+                    seen.add(name)
                 continue
             seen.add(name)
-            if result.request_id != rid or result.step != step:
-                self._quarantine(path, f"{path}: names request {result.request_id!r} of step "
-                                       f"{result.step}")
-                continue
             if rid not in cache:
                 if not self._known(step, rid):
                     self.counts["unknown_results"] += 1
@@ -242,15 +237,20 @@ class Trainer:
                 new.append(result.request_id)
         return new
 
-    def _quarantine(self, path: Path, why: str) -> None:
-        """Move a corrupt result aside (dot name: ignored) so that the request is run again."""
+    def _quarantine(self, path: Path, why: str) -> bool:
+        """Move a corrupt result aside (dot name: ignored) so that the request is run again.
+
+        A result that cannot be moved aside stays; its request then times out as infra_error.
+        """
         self.counts["corrupt_results"] += 1
         aside = path.with_name(f".corrupt-{path.name}.{secrets.token_hex(3)}")
         try:
             os.rename(path, aside)
-            log.error("%s; moved aside to %s, the request will run again", why, aside.name)
         except OSError as err:
             log.error("%s; cannot move it aside (%s)", why, err)
+            return False
+        log.error("%s; moved aside to %s, the request will run again", why, aside.name)
+        return True
 
     def _time_out(self, step: int, rid: str, timeout: float) -> dict[str, Any]:
         self.counts["timeouts"] += 1

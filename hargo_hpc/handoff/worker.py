@@ -3,8 +3,9 @@
 One process runs `threads` workload threads and a main loop. The main loop renews the leases of
 held claims every `lease_s / 4`, rewrites the heartbeat, and ends the worker on the stop
 sentinel, after `max_idle_s` without work, after `max_requests` claims, or on SIGTERM / SIGUSR1
-(Slurm's time limit and preemption), in which case every held claim is released at once (renamed
-to `.released`) so that another worker takes it over without waiting for the lease.
+(Slurm's time limit and preemption), in which case every held claim is released at once (a
+`.released` marker next to it) so that another worker takes it over without waiting for the
+lease.
 
 The workload is any callable request-dict -> result-dict; the default is the real bench
 (`hargo_hpc.bench.run_request`). A workload exception or an `infra_error` record is an
@@ -14,7 +15,6 @@ infrastructure failure: the attempt is marked `.failed` and the request retried,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -35,20 +35,22 @@ from pydantic import ValidationError
 from hargo_hpc.handoff import schema
 from hargo_hpc.handoff.atomic import (
     create_exclusive,
-    link_exclusive,
+    describe,
+    encode,
+    open_exclusive,
     read_json,
     touch,
     write_atomic,
-    write_temp,
 )
-from hargo_hpc.handoff.claims import Attempts, LeaseObserver, scan_claims
+from hargo_hpc.handoff.claims import Attempts, ClaimIndex, LeaseObserver
 from hargo_hpc.handoff.errors import HandoffError, SchemaError
-from hargo_hpc.handoff.layout import Layout, parse_result_name
+from hargo_hpc.handoff.layout import Layout
 from hargo_hpc.handoff.settings import HandoffSettings
 
 log = logging.getLogger("hargo_hpc.handoff.worker")
 
 Workload = Callable[[dict[str, Any]], dict[str, Any]]
+RESCAN_AFTER_COLLISIONS = 16  # in a row: the queue is stale, list the step again
 SLURM_KEYS = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID")
 
 
@@ -104,7 +106,7 @@ class StepView:
     queue: list[str] = field(default_factory=list)
     attempts: dict[str, Attempts] = field(default_factory=dict)
     last_scan: float = float("-inf")
-    template: Path | None = None
+    claims: ClaimIndex = field(default_factory=ClaimIndex)
 
 
 class Worker:
@@ -142,6 +144,7 @@ class Worker:
         self.counts: Counter[str] = Counter()
         self._observer = LeaseObserver(self.lease_s)
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._held: dict[Path, Held] = {}
         self._views: dict[int, StepView] = {}
         self._closed: set[int] = set()
@@ -159,7 +162,10 @@ class Worker:
 
     def run(self) -> str:
         """Work until a stop condition; release held claims; return why it stopped."""
-        self.layout.workers.mkdir(exist_ok=True)
+        try:
+            self.layout.workers.mkdir(exist_ok=True)
+        except OSError as err:
+            raise describe(err, "create", self.layout.workers) from None
         previous = self._install_signals()
         self._heartbeat("running")
         workers = [
@@ -188,10 +194,9 @@ class Worker:
             released = self._release_all(reason or "error")
             if released:
                 log.info("%s: released %d claim(s)", self.worker_id, released)
-            if not self._signal:
+            if not released:  # nothing in flight: the threads end at their next look
                 for thread in workers:
                     thread.join(timeout=1.0)
-            self._cleanup_templates()
             self._heartbeat("exited", reason or "error")
             self._restore_signals(previous)
         log.info("%s: exit (%s) %s", self.worker_id, reason, dict(self.counts))
@@ -234,10 +239,11 @@ class Worker:
         while not self._stop.is_set():
             try:
                 held = self._take()
-            except HandoffError as err:
-                self.counts["errors"] += 1
+            except HandoffError as err:  # read-only or full filesystem: back off, keep going
+                self._count("errors")
                 log.error("%s: %s", self.worker_id, err)
-                held = None
+                self._stop.wait(max(self.poll_s, 1.0))
+                continue
             if held is None:
                 self._stop.wait(self.poll_s)
                 continue
@@ -247,7 +253,11 @@ class Worker:
                 record = self.workload(dict(held.request))
             except Exception as err:  # the workload's failure is the request's infra failure
                 error = f"{type(err).__name__}: {err}"
-            self._finish(held, record, error)
+            try:
+                self._finish(held, record, error)
+            except Exception:  # a bug here must not silently end this thread
+                self._count("errors")
+                log.exception("%s: %s: cannot finish", self.worker_id, held.rid)
 
     def _take(self) -> Held | None:
         with self._lock:
@@ -270,11 +280,12 @@ class Worker:
                     record = None
             with self._lock:
                 if held.released:
-                    self.counts["dropped_after_release"] += 1
+                    self._count("dropped_after_release")
                     return
             infra = record is None or record.get("status") == "infra_error"
             if infra and held.failures + 1 < self.max_attempts:
-                self._fail_attempt(held, error or str(record.get("error", "infra_error")))
+                why = error or str(record.get("reason") or record.get("error") or "infra_error")
+                self._fail_attempt(held, why)
                 return
             if record is None:
                 record = _infra_record(
@@ -284,7 +295,7 @@ class Worker:
             self._write_result(held, record)
         except HandoffError as err:
             # The claim stays; its lease runs out and another worker takes the request over.
-            self.counts["errors"] += 1
+            self._count("errors")
             log.error("%s: %s: %s", self.worker_id, held.rid, err)
         finally:
             with self._lock:
@@ -296,18 +307,24 @@ class Worker:
         try:
             parsed = schema.Record.model_validate(record)
         except ValidationError as err:
-            return f"workload returned a bad record: {err.errors()[0]['msg']}"
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "record"
+            return f"workload returned a bad record: {where}: {first['msg']}"
         if parsed.request_id != held.rid:
             return f"workload returned the record of {parsed.request_id!r}"
+        try:
+            encode(record)
+        except (TypeError, ValueError) as err:
+            return f"workload returned a record that is not JSON: {err}"
         return ""
 
     def _fail_attempt(self, held: Held, error: str) -> None:
         marker = schema.AttemptFailed(worker_id=self.worker_id, error=error[:2000], at=time.time())
         write_atomic(
             self.layout.claim(held.step, held.rid, held.attempt, "failed"),
-            schema.dump(marker), fsync=self.fsync,
+            schema.dump(marker), fsync=False,  # if lost, the attempt just looks expired
         )
-        self.counts["failed_attempts"] += 1
+        self._count("failed_attempts")
         log.warning("%s: %s attempt %d failed: %s", self.worker_id, held.rid, held.attempt, error)
 
     def _write_result(self, held: Held, record: dict[str, Any]) -> None:
@@ -318,9 +335,9 @@ class Worker:
         }
         target = self.layout.result(held.step, held.rid)
         if create_exclusive(target, envelope, fsync=self.fsync):
-            self.counts["results"] += 1
+            self._count("results")
             return
-        self.counts["duplicates"] += 1
+        self._count("duplicates")
         log.info("%s: %s already has a result; ignoring ours", self.worker_id, held.rid)
         dup_dir = self.layout.duplicates(held.step)
         dup_dir.mkdir(exist_ok=True)
@@ -351,9 +368,7 @@ class Worker:
                 continue
             if self.layout.closed(step).exists():
                 self._closed.add(step)
-                view = self._views.pop(step, None)
-                if view is not None:
-                    self._drop_template(view)
+                self._views.pop(step, None)
                 continue
             open_steps.append(step)
         self._steps = open_steps
@@ -361,7 +376,7 @@ class Worker:
 
     def _view(self, step: int) -> StepView | None:
         view = self._views.get(step)
-        if view is not None:
+        if view is not None or step in self._bad_steps:
             return view
         path = self.layout.requests(step)
         try:
@@ -370,7 +385,7 @@ class Worker:
             return None  # the trainer is still writing the step
         except SchemaError as err:
             self._bad_steps.add(step)
-            self.counts["skipped_steps"] += 1
+            self._count("skipped_steps")
             log.error("%s: skipping step %d: %s", self.worker_id, step, err)
             return None
         requests = {r.id: r.model_dump(mode="json", exclude_none=True) for r in batch.requests}
@@ -380,48 +395,58 @@ class Worker:
 
     def _scan(self, view: StepView) -> None:
         view.last_scan = time.monotonic()
+        self._count("scans")
         try:
             names = os.listdir(self.layout.results(view.step))
         except FileNotFoundError:
             names = []
-        done = {rid for rid in map(parse_result_name, names) if rid is not None}
-        attempts = scan_claims(self.layout.claims(view.step))
-        queue = []
+        done = {name[:-5] for name in names if name.endswith(".json") and name[0] != "."}
+        attempts = view.claims.update(self.layout.claims(view.step))
+        fresh, retry = [], []
         for rid in view.requests:
             if rid in done:
                 continue
             found = attempts.get(rid)
-            if found is None or not found.held:
-                queue.append(rid)
-                continue
-            path = self.layout.claim(view.step, rid, found.latest)
-            if path not in self._held and self._observer.expired(path):
-                queue.append(rid)
-        random.shuffle(queue)
-        view.queue = queue
+            if found is None:
+                fresh.append(rid)
+            elif not found.held:
+                retry.append(rid)  # failed or released: nobody is on it
+            else:
+                path = self.layout.claim(view.step, rid, found.latest)
+                if path not in self._held and self._observer.expired(path):
+                    retry.append(rid)
+        random.shuffle(fresh)
+        random.shuffle(retry)
+        view.queue = fresh + retry  # popped from the end: retries first, they are the oldest
         view.attempts = attempts
 
     def _claim_from(self, view: StepView) -> Held | None:
-        if not view.queue and time.monotonic() - view.last_scan >= self.poll_s:
-            self._scan(view)
+        since = time.monotonic() - view.last_scan
+        if (not view.queue and since >= self.poll_s) or since >= self.lease_s / 2:
+            self._scan(view)  # also look for expired claims while fresh work remains
+        missed = 0
         while view.queue:
+            if missed >= RESCAN_AFTER_COLLISIONS:
+                self._scan(view)  # others took most of our queue: look again
+                missed = 0
+                continue
             rid = view.queue.pop()
             found = view.attempts.get(rid) or Attempts()
             attempt = found.latest + 1
             path = self.layout.claim(view.step, rid, attempt)
-            if not link_exclusive(self._template(view), path):
+            if not open_exclusive(path, self._claim_content()):
+                self._count("collisions")
+                missed += 1
                 continue  # another worker was first
-            self._drop_template(view)
             self._observer.forget(self.layout.claim(view.step, rid, found.latest))
             if self.layout.result(view.step, rid).exists():
-                _unlink(path)  # finished since our scan
-                continue
+                continue  # finished since our scan; the unused claim is harmless
             failures = found.failures
             if found.held:
                 failures += 1  # we took over an expired claim
-                self.counts["reclaims"] += 1
+                self._count("reclaims")
                 log.info("%s: re-claimed %s (attempt %d)", self.worker_id, rid, attempt)
-            self.counts["claims"] += 1
+            self._count("claims")
             held = Held(view.step, rid, attempt, path, view.requests[rid], failures)
             if failures >= self.max_attempts:
                 self._give_up(held)
@@ -430,7 +455,7 @@ class Worker:
         return None
 
     def _give_up(self, held: Held) -> None:
-        self.counts["gave_up"] += 1
+        self._count("gave_up")
         log.warning("%s: %s gave up after %d failed attempts", self.worker_id, held.rid,
                     held.failures)
         errors = self._attempt_errors(held)
@@ -450,24 +475,17 @@ class Worker:
                 continue
         return errors
 
-    def _template(self, view: StepView) -> Path:
-        """A finished claim file under a temp name, linked to each candidate until one wins."""
-        if view.template is None:
-            claim = schema.Claim(worker_id=self.worker_id, nonce=self.nonce, claimed_at=time.time())
-            view.template = write_temp(
-                self.layout.claims(view.step), schema.dump(claim), fsync=self.fsync
-            )
-        return view.template
+    def _claim_content(self) -> dict[str, Any]:
+        return {"kind": "claim", "version": schema.VERSION, "worker_id": self.worker_id,
+                "nonce": self.nonce, "claimed_at": time.time()}
 
-    def _drop_template(self, view: StepView) -> None:
-        if view.template is not None:
-            _unlink(view.template)
-            view.template = None
+    def _count(self, key: str) -> None:
+        with self._count_lock:
+            self.counts[key] += 1
 
-    def _cleanup_templates(self) -> None:
-        with self._lock:
-            for view in self._views.values():
-                self._drop_template(view)
+    def _counts_copy(self) -> dict[str, int]:
+        with self._count_lock:
+            return dict(self.counts)
 
     # ------------------------------------------------------------------ leases, heartbeat
 
@@ -481,7 +499,7 @@ class Worker:
                 log.warning("%s: claim %s vanished (compacted or pruned?)", self.worker_id,
                             item.path.name)
             except OSError as err:
-                self.counts["errors"] += 1
+                self._count("errors")
                 log.error("%s: cannot renew %s: %s", self.worker_id, item.path, err)
 
     def renew(self, path: Path) -> None:
@@ -499,8 +517,8 @@ class Worker:
         for item in held:
             try:
                 write_atomic(self.layout.claim(item.step, item.rid, item.attempt, "released"),
-                             marker, fsync=self.fsync)
-                self.counts["released"] += 1
+                             marker, fsync=False)
+                self._count("released")
             except HandoffError as err:
                 log.error("%s: cannot release %s: %s", self.worker_id, item.path, err)
         return len(held)
@@ -512,19 +530,14 @@ class Worker:
             worker_id=self.worker_id, nonce=self.nonce, host=self.host, pid=os.getpid(),
             slurm={k: os.environ[k] for k in SLURM_KEYS if k in os.environ},
             started_at=self._started, updated_at=time.time(), state=state,  # type: ignore[arg-type]
-            exit_reason=reason, held=held, counts=dict(self.counts), interval_s=self.beat_every,
+            exit_reason=reason, held=held, counts=self._counts_copy(), interval_s=self.beat_every,
         )
         try:
             write_atomic(self._heartbeat_path, schema.dump(beat), fsync=False)
         except HandoffError as err:
-            self.counts["errors"] += 1
+            self._count("errors")
             log.error("%s: heartbeat: %s", self.worker_id, err)
 
 
 def _infra_record(rid: str, error: str) -> dict[str, Any]:
     return {"request_id": rid, "status": "infra_error", "reward": None, "error": error}
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

@@ -46,7 +46,7 @@ def test_create_exclusive_has_exactly_one_winner_among_threads(tmp_path: Path) -
 def test_read_json_rejects_truncated_or_corrupt(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(content)
-    with pytest.raises(SchemaError, match="bad.json"):
+    with pytest.raises(SchemaError, match=r"bad\.json"):
         atomic.read_json(path)
 
 

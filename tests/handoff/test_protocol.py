@@ -112,8 +112,11 @@ def test_late_result_of_a_slow_worker_is_ignored_and_counted(
         record = trainer.collect(0)["r00000"]
         assert record["handoff"]["attempt"] == 2
         assert fast_worker.counts["reclaims"] == 1
-        trainer.stop()
-        thread.join(10)
+        deadline = time.monotonic() + 10
+        while not slow.counts["duplicates"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the slow worker finishes after all
+    trainer.stop()
+    thread.join(10)
     assert slow.counts["duplicates"] == 1
     dups = os.listdir(layout.duplicates(0))
     assert len(dups) == 1 and dups[0].startswith("r00000.")
@@ -125,7 +128,7 @@ def test_stragglers_time_out_as_infra_error_and_stay_so(root: Path, fast: Handof
     trainer.submit(0, make_requests(3))
     layout = Layout(root)
     # r00001 is answered; nobody works on the others
-    Worker(root, noop_workload_double, settings=fast)._write_result(  # noqa: SLF001
+    Worker(root, noop_workload_double, settings=fast)._write_result(
         _held(layout, "r00001"), {"request_id": "r00001", "status": "ok", "reward": 1.0})
     started = time.monotonic()
     results = trainer.collect(0, timeout=0.3)
@@ -145,7 +148,7 @@ def test_stragglers_time_out_as_infra_error_and_stay_so(root: Path, fast: Handof
     assert worker.counts["duplicates"] == 1
 
 
-def _held(layout: Layout, rid: str):  # noqa: ANN202
+def _held(layout: Layout, rid: str):
     from hargo_hpc.handoff.worker import Held
 
     return Held(0, rid, 1, layout.claim(0, rid, 1), {"id": rid}, 0)
@@ -305,3 +308,48 @@ def test_plain_progress_when_not_a_tty(root: Path, fast: HandoffSettings) -> Non
         trainer.collect(0)
     lines = stream.getvalue().splitlines()
     assert lines[-1] == "handoff step 0: 20/20 done, 0 running, 0 queued, 0 failed"
+
+
+def test_read_only_directory_does_not_crash_the_worker(
+    root: Path, fast: HandoffSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer = Trainer(root, fast, progress=False)
+    trainer.submit(0, make_requests(2))
+    from hargo_hpc.handoff import worker as worker_module
+
+    def read_only(path: Path, obj: object) -> bool:
+        raise HandoffError(f"cannot create {path}: read-only filesystem")
+
+    monkeypatch.setattr(worker_module, "open_exclusive", read_only)
+    worker = Worker(root, noop_workload_double, settings=fast, max_idle_s=0.5,
+                    handle_signals=False)
+    assert worker.run() == "idle for 0.5 s"
+    assert worker.counts["errors"] >= 1 and worker.counts["results"] == 0
+    assert not os.listdir(Layout(root).results(0)), "nothing half-done was left behind"
+
+
+def test_a_record_that_is_not_json_is_an_infra_failure(root: Path, fast: HandoffSettings) -> None:
+    settings = fast.model_copy(update={"max_attempts": 1})
+    trainer = Trainer(root, settings, progress=False)
+    trainer.submit(0, make_requests(1))
+
+    def nan_reward(request: dict) -> dict:
+        return {"request_id": request["id"], "status": "ok", "reward": float("nan")}
+
+    with running_workers(root, nan_reward, settings, count=1):
+        record = trainer.collect(0)["r00000"]
+    assert record["status"] == "infra_error" and "not JSON" in record["error"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_rich_progress_bar_on_a_terminal(root: Path, fast: HandoffSettings) -> None:
+    stream = _Terminal()
+    trainer = Trainer(root, fast, progress=True, stream=stream)
+    trainer.submit(0, make_requests(10))
+    with running_workers(root, noop_workload_double, fast, count=1):
+        assert len(trainer.collect(0)) == 10
+    assert "10/10 done, 0 running, 0 queued, 0 failed" in stream.getvalue()

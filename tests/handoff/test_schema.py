@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hargo_hpc.handoff import layout, schema
 from hargo_hpc.handoff.errors import SchemaError
@@ -34,7 +36,7 @@ def test_unsupported_version_is_named() -> None:
 def test_wrong_kind_and_bad_fields() -> None:
     with pytest.raises(SchemaError, match="expected a 'claim' file"):
         schema.parse(schema.Claim, {"kind": "stop", "version": 1}, "x")
-    with pytest.raises(SchemaError, match="record.status"):
+    with pytest.raises(SchemaError, match=r"record\.status"):
         schema.parse(schema.Result, {
             "kind": "result", "version": 1, "step": 0, "request_id": "a", "attempt": 1,
             "worker_id": "w", "written_at": 0.0,
@@ -48,3 +50,15 @@ def test_every_kind_has_a_json_schema_with_version() -> None:
     for kind, item in schemas.items():
         assert "version" in item["properties"], kind
         assert item["properties"]["kind"]["const"] == kind
+
+
+@given(
+    rid=st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,40}", fullmatch=True),
+    attempt=st.integers(min_value=1, max_value=10**6),
+    state=st.sampled_from(layout.CLAIM_STATES),
+)
+def test_claim_names_round_trip_for_every_valid_id(rid: str, attempt: int, state: str) -> None:
+    if not layout.valid_request_id(rid):
+        return
+    assert layout.parse_claim_name(layout.claim_name(rid, attempt, state)) == (rid, attempt, state)
+    assert layout.parse_result_name(layout.result_name(rid)) == rid
