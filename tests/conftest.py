@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,20 @@ def slurm_cluster() -> dict[str, str]:
     env = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
     os.environ.update(env)
     return env
+
+
+_SUMMARY: list[str] = []
+
+
+@pytest.fixture
+def summary_line() -> Callable[[str], None]:
+    """Call it with a line to show in pytest's terminal summary (e.g. the chaos test's counts),
+    so the figure appears in the CI log without `-s`."""
+    return _SUMMARY.append
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SUMMARY:
+        terminalreporter.section("figures reported by tests")
+        for line in _SUMMARY:
+            terminalreporter.write_line(line)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,9 @@ def _resume(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_chaos_kill_9_workers_mid_request(root: Path) -> None:
+def test_chaos_kill_9_workers_mid_request(
+    root: Path, summary_line: Callable[[str], None]
+) -> None:
     """1000 requests, 6 workers, kill -9 and pauses at random: exactly one result each."""
     lease, total, size = 1.0, 1000, 6
     settings = HandoffSettings(lease_s=lease, poll_interval_s=0.05, step_timeout_s=240,
@@ -113,11 +116,13 @@ def test_chaos_kill_9_workers_mid_request(root: Path) -> None:
     statuses = [json.loads((layout.results(0) / n).read_text())["record"]["status"]
                 for n in results]
     lost = total - len(delivered)
-    print(f"\nchaos: requests {total}, workers {size} (started {stats['started']}), "
-          f"kills {stats['kills']}, pauses {stats['pauses']}, re-claims {reclaims}, "
-          f"duplicates ignored {duplicates}, delivered twice "
-          f"{sum(1 for c in delivered.values() if c > 1)}, infra_error "
-          f"{statuses.count('infra_error')}, lost {lost}, {elapsed:.1f} s")
+    counts = (f"chaos: requests {total}, workers {size} (started {stats['started']}), "
+              f"kills {stats['kills']}, pauses {stats['pauses']}, re-claims {reclaims}, "
+              f"duplicates ignored {duplicates}, delivered twice "
+              f"{sum(1 for c in delivered.values() if c > 1)}, infra_error "
+              f"{statuses.count('infra_error')}, lost {lost}, {elapsed:.1f} s")
+    print("\n" + counts)
+    summary_line(counts)
     assert lost == 0 and len(results) == total
     assert set(delivered.values()) == {1}, "a request reached the trainer twice"
     assert statuses.count("ok") == total
