@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import cloudpickle
@@ -14,35 +13,18 @@ import pytest
 
 from hargo_hpc.config import JobResources
 from hargo_hpc.slurm import make_executor, render_script
+from hargo_hpc.slurm.jobs import SlurmError, wait_finished
 
 pytestmark = pytest.mark.slurm
 # The jobs run this module's functions; tests/ is not importable there, so send them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def sacct_states(job_id: str) -> dict[str, str]:
-    """JobID -> State of the job (and each array task), without steps."""
-    done = subprocess.run(
-        ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Partition"],
-        capture_output=True, text=True, check=True,
-    )
-    states = {}
-    for line in done.stdout.splitlines():
-        job, state, _exit, _part = line.split("|")
-        states[job] = state
-    return states
-
-
 def wait_for_sacct(job_id: str, count: int, timeout: float = 90) -> dict[str, str]:
-    end = time.monotonic() + timeout
-    while True:
-        states = sacct_states(job_id)
-        finished = [s for s in states.values() if s not in ("PENDING", "RUNNING", "REQUEUED")]
-        if len(finished) >= count:
-            return states
-        if time.monotonic() > end:
-            pytest.fail(f"job {job_id} not finished after {timeout}s: {states}")
-        time.sleep(0.5)
+    try:
+        return wait_finished(job_id, count, timeout)
+    except SlurmError as err:
+        pytest.fail(str(err))
 
 
 def test_sbatch_array_from_template(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
