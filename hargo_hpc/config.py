@@ -194,9 +194,9 @@ class ExperimentConfig(_Section):
 # ---------------------------------------------------------------- loading
 
 
-def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> (
-    ExperimentConfig
-):
+def load_config(
+    path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()
+) -> ExperimentConfig:
     """Read `path`, apply `section.key=value` overrides, validate; raise ConfigError."""
     source = str(path)
     file = Path(path)
@@ -218,7 +218,7 @@ def validate_config(raw: dict[str, Any], source: str = "<config>") -> Experiment
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_one_line(err, raw, source)) from None
+        raise ConfigError(_one_line(err, source)) from None
 
 
 def parse_value(text: str) -> Any:
@@ -236,8 +236,8 @@ def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
     if not sep or not key:
         raise ConfigError(f"{source}: override {item!r} is not of the form section.key=value")
     parts = key.split(".")
-    # `kind` is what the current node is in the schema: a section (a model class), a free
-    # mapping ("dict"), a list of sections ("list", with the item class), or a leaf.
+    # `kind` is what the current node is in the schema: a section (a model class), a list of
+    # sections ("list", with the item class), or a leaf.
     kind: Any = ExperimentConfig
     node: Any = raw
     for depth, part in enumerate(parts):
@@ -257,16 +257,13 @@ def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
             continue
         if kind == "leaf":
             raise ConfigError(f"{source}: override {key}: {here} has no sub-keys")
-        if kind != "dict":
-            fields = kind.model_fields
-            if part not in fields:
-                raise ConfigError(
-                    f"{source}: override {key}: unknown key {part!r} in {here} "
-                    f"(allowed: {', '.join(fields)})"
-                )
-            kind = _field_kind(fields[part].annotation)
-        else:
-            kind = "leaf"
+        fields = kind.model_fields
+        if part not in fields:
+            raise ConfigError(
+                f"{source}: override {key}: unknown key {part!r} in {here} "
+                f"(allowed: {', '.join(fields)})"
+            )
+        kind = _field_kind(fields[part].annotation)
         if last:
             node[part] = parse_value(text)
             return
@@ -281,14 +278,12 @@ def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
 
 
 def _field_kind(annotation: Any) -> Any:
-    """A field's kind for overrides: its section class, "dict", ("list", item class) or "leaf"."""
+    """A field's kind for overrides: its section class, ("list", item class) or "leaf"."""
     model = _submodel(annotation)
     if model is not None:
         return model
     origin = getattr(annotation, "__origin__", None)
     args = getattr(annotation, "__args__", ())
-    if origin is dict:
-        return "dict"
     if origin is list and args and _submodel(args[0]):
         return ("list", args[0])
     return "leaf"
@@ -301,7 +296,7 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _one_line(err: ValidationError, raw: dict[str, Any], source: str) -> str:
+def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"]]
     field = ".".join(loc) or "top level"
