@@ -91,6 +91,8 @@ def aggregate(
     agg: str = "token-mean",
     *,
     max_length: int | None = None,
+    num_tokens: float | None = None,
+    num_seqs: int | None = None,
 ) -> Tensor:
     """Reduce per-token values L_it [B, T] to a scalar over the completion mask m_it.
 
@@ -103,18 +105,26 @@ def aggregate(
     `dr_grpo` normaliser B·L_max; verl divides by T only (a factor B larger). Responses with no
     completion token contribute 0 to sums, and their per-response mean is taken as 0; an
     all-masked batch gives 0 (with gradient graph kept).
+
+    Micro-batching: by default the denominators (Σ m for token-mean, B for the seq-* modes)
+    are this call's. A trainer that splits one rollout batch into micro-batches passes the
+    whole batch's `num_tokens` (Σ m over every micro-batch) and `num_seqs` (its B); the
+    micro-batch losses then add up to the full-batch loss exactly (DAPO's token-mean is over
+    the whole batch; verl's global_batch_size / batch_num_tokens do the same).
     """
     mask_f = mask.to(values.dtype)
     masked = torch.where(mask.bool(), values, torch.zeros_like(values))
-    batch = values.shape[0]
+    batch = values.shape[0] if num_seqs is None else num_seqs
     if agg == "token-mean":
+        if num_tokens is not None:
+            return masked.sum() / max(float(num_tokens), 1.0)
         return masked.sum() / mask_f.sum().clamp(min=1.0)
-    if batch == 0:
+    if batch <= 0:
         return masked.sum()
     if agg == "seq-mean-token-mean":
-        return (masked.sum(dim=-1) / mask_f.sum(dim=-1).clamp(min=1.0)).mean()
+        return (masked.sum(dim=-1) / mask_f.sum(dim=-1).clamp(min=1.0)).sum() / batch
     if agg == "seq-mean-token-sum":
-        return masked.sum(dim=-1).mean()
+        return masked.sum(dim=-1).sum() / batch
     if agg == "seq-mean-token-sum-norm":
         length = values.shape[-1] if max_length is None else max_length
         if length <= 0:
@@ -148,6 +158,8 @@ def policy_loss(
     loss_type: Literal["ppo", "pg"] = "ppo",
     dual_clip: float | None = None,
     max_length: int | None = None,
+    num_tokens: float | None = None,
+    num_seqs: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate + KL, aggregated; returns (scalar loss, float stats).
 
@@ -160,7 +172,9 @@ def policy_loss(
     Plain policy gradient (`loss_type="pg"`, GPG arXiv 2504.02546; REINFORCE):
         L_it = −A_i r_it (no clip); its gradient is −A_i ∇log π_it at r = 1.
     KL to the reference (GRPO): L_it += β · k(log π_it, log π_ref,it) with k in k1/k2/k3.
-    Per-response weights w_i (HARGO): L_it ← w_i L_it, then `aggregate(L, m, agg)`.
+    Per-response weights w_i (HARGO): L_it ← w_i L_it, then `aggregate(L, m, agg)`;
+    `max_length`, `num_tokens` and `num_seqs` go to `aggregate` (the generation limit for
+    Dr.GRPO's constant normaliser; the whole batch's denominators under micro-batching).
 
     `advantages` is [B] (one per response) or [B, T]; `old_logprobs=None` means on-policy
     (log π_old = log π, detached). Stats: loss, pg_loss, clip_frac_low (A<0 and r < 1−ε_low),
@@ -240,13 +254,14 @@ def policy_loss(
         w = weights.detach().to(logprobs.dtype)[:, None]
         token_loss = token_loss * w
         pg_token_loss = pg_token_loss * w
-    loss = aggregate(token_loss, mask, agg, max_length=max_length)
+    sizes = {"max_length": max_length, "num_tokens": num_tokens, "num_seqs": num_seqs}
+    loss = aggregate(token_loss, mask, agg, **sizes)
 
     with torch.no_grad():
         old_kl = kl_penalty(logprobs.detach(), old_logprobs, "k3")
         stats = {
             "loss": float(loss.detach()),
-            "pg_loss": float(aggregate(pg_token_loss.detach(), mask, agg, max_length=max_length)),
+            "pg_loss": float(aggregate(pg_token_loss.detach(), mask, agg, **sizes)),
             "clip_frac_low": _masked_mean(low.to(mask_f.dtype), mask_f),
             "clip_frac_high": _masked_mean(high.to(mask_f.dtype), mask_f),
             "dual_clip_frac": _masked_mean(dual.to(mask_f.dtype), mask_f),

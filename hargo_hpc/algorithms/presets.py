@@ -55,9 +55,12 @@ class ResolvedAlgorithm:
         """Whether the trainer must compute reference log-probs."""
         return self.kl_coef > 0 or self.hargo is not None or self.loss == "dpo"
 
-    def policy_loss_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `policy_loss` (for loss ppo / pg)."""
+    def policy_loss_kwargs(self, max_new_tokens: int | None = None) -> dict[str, Any]:
+        """Keyword arguments of `policy_loss` (for loss ppo / pg); `max_new_tokens` (the
+        generation limit) is Dr.GRPO's constant normaliser L_max, so that it does not change
+        with each batch's padding."""
         return {
+            "max_length": max_new_tokens,
             "clip_low": self.clip_low,
             "clip_high": self.clip_high,
             "ratio_level": self.ratio_level,
@@ -135,6 +138,13 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
     # validated for every method (typos surface early); used only by hargo
     hargo = HargoParams.from_dict(dict(getattr(section, "hargo", None) or {}))
     if name == "hargo":
+        estimator = changes.get("estimator", PRESETS[name].estimator)
+        if estimator != hargo.estimator:
+            raise ValueError(
+                f"algorithm.estimator {estimator!r} and algorithm.hargo.estimator "
+                f"{hargo.estimator!r} differ; HARGO modulates the advantage it is given, so "
+                "set both to the same estimator"
+            )
         changes["hargo"] = hargo
     return replace(PRESETS[name], **changes)
 

@@ -257,3 +257,27 @@ def test_unit_weights_change_nothing(batch: int, width: int, seed: int) -> None:
     weighted, _ = policy_loss(lp, lp - 0.1, adv, mask, agg="seq-mean-token-mean",
                               weights=torch.ones(batch, dtype=D))
     assert float(weighted) == float(plain)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                 "seq-mean-token-sum-norm"])
+def test_micro_batches_with_global_denominators_add_up_to_the_full_batch(agg: str) -> None:
+    # 4 responses, lengths 1, 3, 2, 4; split into micro-batches [0, 1] and [2, 3], each
+    # trimmed to its own padded width (2 would be padded to 3, 4 to 4).
+    lengths = [1, 3, 2, 4]
+    values = torch.arange(16, dtype=torch.float64).reshape(4, 4) / 10
+    mask = torch.tensor([[t < n for t in range(4)] for n in lengths])
+    full = aggregate(values, mask, agg, max_length=4)
+    sizes = {"max_length": 4, "num_tokens": int(mask.sum()), "num_seqs": 4}
+    first = aggregate(values[:2, :3], mask[:2, :3], agg, **sizes)
+    second = aggregate(values[2:], mask[2:], agg, **sizes)
+    assert torch.allclose(first + second, full)
+
+
+def test_token_mean_global_denominator_by_hand() -> None:
+    # micro-batch of one response with 2 tokens (0.5, 1.5) out of a batch of 8 tokens:
+    # (0.5 + 1.5) / 8 = 0.25
+    values = torch.tensor([[0.5, 1.5, 9.0]])
+    mask = torch.tensor([[True, True, False]])
+    assert float(aggregate(values, mask, "token-mean", num_tokens=8)) == 0.25
+    assert float(aggregate(values, mask, "token-mean")) == 1.0  # (0.5 + 1.5) / 2

@@ -92,3 +92,17 @@ def test_resolved_is_frozen() -> None:
     resolved = resolve_algorithm(AlgorithmSection())
     with pytest.raises(AttributeError):
         resolved.kl_coef = 1.0  # type: ignore[misc]
+
+
+def test_dr_grpo_normaliser_is_the_generation_limit() -> None:
+    kwargs = resolve_algorithm(AlgorithmSection(name="dr_grpo")).policy_loss_kwargs(256)
+    assert kwargs["agg"] == "seq-mean-token-sum-norm" and kwargs["max_length"] == 256
+
+
+def test_hargo_estimators_must_agree() -> None:
+    with pytest.raises(ValueError, match=r"algorithm\.estimator 'rloo' and algorithm\.hargo"):
+        resolve_algorithm(AlgorithmSection(name="hargo", estimator="rloo"))
+    both = resolve_algorithm(
+        AlgorithmSection(name="hargo", estimator="rloo", hargo={"estimator": "rloo"})
+    )
+    assert both.estimator == "rloo" and both.hargo.estimator == "rloo"
