@@ -122,6 +122,7 @@ def gpg(
     *,
     std_threshold: float = 0.0,
     scale_by_std: bool = False,
+    max_alpha: float | None = None,
     eps: float = 1e-6,
 ) -> Tensor:
     """GPG (Chu et al., "GPG: A Simple and Strong Reinforcement Learning Baseline",
@@ -131,6 +132,10 @@ def gpg(
     default 0 these are exactly the zero-variance groups, including groups of size 1); invalid
     groups get A = 0. F = σ_g + ε if `scale_by_std` else 1. α rescales the batch-mean gradient
     back to the valid responses; if every group is invalid, all advantages are 0.
+
+    `std_threshold` is this project's extension (the paper's threshold is on the valid
+    fraction: its code resamples until (B − M)/B ≥ 0.5, so α ≤ 2); `max_alpha` caps α for
+    trainers that do not resample (e.g. 2.0 to match that bound; None = no cap).
     """
     std = groups.std(rewards)
     valid = (std > std_threshold)[groups.inverse]
@@ -140,4 +145,6 @@ def gpg(
     batch = rewards.numel()
     kept = int(valid.sum())
     alpha = batch / kept if kept else 1.0
+    if max_alpha is not None:
+        alpha = min(alpha, max_alpha)
     return torch.where(valid, alpha * centred, torch.zeros_like(centred))

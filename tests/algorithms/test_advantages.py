@@ -184,3 +184,15 @@ def test_grpo_group_advantages_have_zero_mean(batch: tuple[torch.Tensor, torch.T
     got = compute_advantages("grpo", rewards, groups)
     for g in groups.unique():
         assert abs(float(got[groups == g].sum())) < 1e-6
+
+
+def test_gpg_max_alpha_caps_the_rescaling() -> None:
+    # groups: [1, 0] (valid, centred ±0.5) and [1, 1], [0, 0], [2, 2] (zero variance):
+    # B = 8, M = 6, α = 8 / 2 = 4; capped at 2 → advantages ±1.0 on the valid group.
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 2.0, 2.0])
+    group_index = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    free = compute_advantages("gpg", rewards, group_index)
+    capped = compute_advantages("gpg", rewards, group_index, max_alpha=2.0)
+    assert free[:2].tolist() == [2.0, -2.0]  # 4 × ±0.5
+    assert capped[:2].tolist() == [1.0, -1.0]  # 2 × ±0.5
+    assert capped[2:].abs().sum() == 0
