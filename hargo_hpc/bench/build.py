@@ -1,8 +1,9 @@
 """Build: compile the kernel as its own translation unit, inspect it, link it with the driver.
 
-    kernel.c --[compiler flags -include hargo_gemm.h -c]--> kernel.o
-    kernel.o + driver.o --[compiler flags -fopenmp -lm -z noexecstack]--> gemm.bin
-    (both in one sandboxed shell, one timeout), then
+    kernel.c --[compiler flags -include hargo_gemm.h -S]--> kernel.s
+    kernel.s --[no .incbin/.include/.macro...: the assembler must not read files]--> kernel.o
+    kernel.o + driver.o --[compiler flags -fopenmp -lm -z noexecstack,now,relro]--> gemm.bin
+    (all in one sandboxed shell, one timeout), then
     kernel.o --[readelf -s -S: validate.check_object]--> accepted, or the build is rejected
 
 The prototype header makes a wrongly typed gemm a compiler error ("conflicting types"), which is
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -28,10 +30,39 @@ from pathlib import Path
 from hargo_hpc.bench.cache import CompileCache, cache_key
 from hargo_hpc.bench.sandbox import InfraError, Limits, base_env, run_sandboxed
 from hargo_hpc.bench.settings import BenchSettings
-from hargo_hpc.bench.validate import SIGNATURE, Violation, check_object, parse_readelf
+from hargo_hpc.bench.validate import (
+    SIGNATURE,
+    Violation,
+    check_object,
+    openmp_symbols,
+    parse_readelf,
+)
 
 PROTOTYPE = f"{SIGNATURE};\n"
-LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack"]
+# In the generated assembly, no directive that reads a file or builds directives by macro: this
+# is what the assembler will see, whatever preprocessor or string tricks produced it.
+ASM_FORBIDDEN = re.compile(
+    r"(?:^|[^\w$.])\.(incbin|include|macro|irpc?|rept|altmacro|purgem)\b", re.IGNORECASE
+)
+ASM_FORBIDDEN_ERE = (
+    r"(^|[^[:alnum:]_$.])\.(incbin|include|macro|irpc?|rept|altmacro|purgem)([^[:alnum:]_]|$)"
+)
+ASM_REJECTED = 97  # exit status of the build script when kernel.s holds such a directive
+# compiler output that means the machine, not the code, failed: infra_error, never cached
+ENVIRONMENTAL = re.compile(
+    r"No space left on device|cannot execute|installation problem|Resource temporarily "
+    r"unavailable|Too many open files|Read-only file system|Input/output error|"
+    r"error while loading shared libraries",
+    re.IGNORECASE,
+)
+# the compiler (or a sub-process) was killed or ran out of memory: the policy's compile bomb
+# under the memory limit (a compile_error), but not cached - the limit is a setting
+RESOURCE = re.compile(
+    r"Killed signal|terminated program|out of memory|virtual memory exhausted|cannot allocate|"
+    r"internal compiler error",
+    re.IGNORECASE,
+)
+LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack,-z,now,-z,relro"]
 DRIVER_FLAGS = ["-O2", "-fopenmp"]
 
 
@@ -46,6 +77,7 @@ class Build:
     binary: Path | None
     cache_hit: bool
     seconds: float
+    openmp: list[str] | None = None  # OpenMP runtime symbols the kernel object calls
 
 
 def driver_source() -> str:
@@ -136,7 +168,7 @@ def build_kernel(
         meta, entry = hit
         binary = entry / "gemm.bin" if meta["verdict"] == "built" else None
         return Build(meta["verdict"], meta["reason"], meta["output"], binary, True,
-                     time.monotonic() - start)  # fmt: skip
+                     time.monotonic() - start, meta.get("openmp", []))  # fmt: skip
     driver_o = driver_object(settings, cache, compiler)
     cap = settings.output_cap_bytes
     with tempfile.TemporaryDirectory(prefix="hargo-build-") as work:
@@ -145,13 +177,20 @@ def build_kernel(
         shutil.copy2(driver_o, Path(work, "driver.o"))
         env = base_env(work, {"PATH": f"{os.path.dirname(compiler)}:/usr/bin:/bin"})
         limits = _compile_limits(settings, timeout_s)
-        compile_cmd = [compiler, *flags, "-include", "hargo_gemm.h", "-c", "kernel.c",
-                       "-o", "kernel.o"]  # fmt: skip
+        # kernel.c -> kernel.s -> (no file-reading directives) -> kernel.o -> gemm.bin, in one
+        # sandboxed shell (one process start); the binary only ever runs after the object
+        # passed the checks below
+        asm_cmd = [compiler, *flags, "-include", "hargo_gemm.h", "-S", "kernel.c",
+                   "-o", "kernel.s"]  # fmt: skip
+        obj_cmd = [compiler, *flags, "-c", "kernel.s", "-o", "kernel.o"]
         link_cmd = [compiler, *flags, "kernel.o", "driver.o", *LINK_FLAGS,
                     *(trusted_link or []), "-o", "gemm.bin"]  # fmt: skip
-        # one sandboxed shell for both steps (one process start fewer); the binary is only
-        # ever run after the object passed the checks below
-        script = f"{shlex.join(compile_cmd)} && {shlex.join(link_cmd)}"
+        script = (
+            f"{shlex.join(asm_cmd)} || exit $?\n"
+            f"if grep -Eiq {shlex.quote(ASM_FORBIDDEN_ERE)} kernel.s; "
+            f"then exit {ASM_REJECTED}; fi\n"
+            f"{shlex.join(obj_cmd)} && {shlex.join(link_cmd)}"
+        )
         res = run_sandboxed(
             ["/bin/sh", "-c", script], work, limits, env, user=settings.sandbox_user,
             output_cap=cap * 4,
@@ -161,28 +200,40 @@ def build_kernel(
         if res.timed_out or res.signal in (9, 24):  # SIGKILL by us, SIGXCPU
             return Build("timeout", f"compile exceeded {timeout_s:g} s", output, None, False,
                          seconds)  # fmt: skip
+        shell_failed = res.returncode in (126, 127)  # sh could not find or run a program
+        if res.signal is not None or shell_failed or ENVIRONMENTAL.search(res.output):
+            raise InfraError(f"the compiler could not run: {_first_error(output)}")
+        # a deterministic verdict is cached; one caused by resources (memory limit) is not
+        cacheable = not RESOURCE.search(res.output)
+
+        def verdict(v: str, reason: str, out: str = output) -> Build:
+            if cacheable:
+                cache.store(key, {"verdict": v, "reason": reason, "output": out})
+            return Build(v, reason, out, None, False, seconds)
+
+        asm = Path(work, "kernel.s")
+        if res.returncode == ASM_REJECTED and asm.is_file() and not Path(work, "kernel.o").exists():
+            m = ASM_FORBIDDEN.search(asm.read_text(errors="replace"))
+            name = m.group(1).lower() if m else "incbin"
+            return verdict("format_violation", f"assembler directive .{name} is not allowed", "")
         obj = Path(work, "kernel.o")
         if not obj.is_file():
             if "conflicting types for" in res.output and "gemm" in res.output:
-                verdict, reason = "format_violation", f"gemm is not {SIGNATURE}"
-            else:
-                verdict, reason = "compile_error", _first_error(output)
-            cache.store(key, {"verdict": verdict, "reason": reason, "output": output})
-            return Build(verdict, reason, output, None, False, seconds)
+                return verdict("format_violation", f"gemm is not {SIGNATURE}")
+            return verdict("compile_error", _first_error(output))
+        openmp: list[str] = []
         if trusted_link is None:
             try:
-                check_object(*parse_readelf(_tool(["readelf", "-s", "-S", "-W", str(obj)])))
+                symbols, sections = parse_readelf(_tool(["readelf", "-s", "-S", "-W", str(obj)]))
+                openmp = openmp_symbols(symbols)
+                check_object(symbols, sections)
             except Violation as v:
-                meta = {"verdict": "format_violation", "reason": str(v), "output": output}
-                cache.store(key, meta)
-                return Build("format_violation", str(v), output, None, False, seconds)
+                return verdict("format_violation", str(v))
         if res.returncode != 0 or not Path(work, "gemm.bin").is_file():
-            cache.store(key, {"verdict": "compile_error", "reason": "link failed",
-                              "output": output})  # fmt: skip
-            return Build("compile_error", "link failed", output, None, False, seconds)
-        meta = {"verdict": "built", "reason": "", "output": output}
+            return verdict("compile_error", "link failed")
+        meta = {"verdict": "built", "reason": "", "output": output, "openmp": openmp}
         entry = cache.store(key, meta, {"gemm.bin": str(Path(work, "gemm.bin"))})
-    return Build("built", "", output, entry / "gemm.bin", False, time.monotonic() - start)
+    return Build("built", "", output, entry / "gemm.bin", False, time.monotonic() - start, openmp)
 
 
 def _first_error(output: str) -> str:

@@ -12,6 +12,7 @@ request_timeout_s of the request's start.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import signal
@@ -32,7 +33,7 @@ from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
 from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
 
-HARNESS_VERSION = "1.0.0"
+HARNESS_VERSION = "1.1.0"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class BenchResult:
     gflops: dict[str, float] | None = None
     times_s: dict[str, Any] | None = None
     seed: int | None = None
+    input_keys: list[str] = field(default_factory=list)
     suspicious: bool = False
     roof_gflops: float | None = None
     threads: int = 0
@@ -195,6 +197,10 @@ def _run(
     if extracted is None:
         raise Violation("no C code in the completion")
     code = extracted.code
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError:  # e.g. a lone surrogate: not text a compiler could read
+        raise Violation("the completion is not valid UTF-8 text") from None
     res.code_hash = hashlib.sha256(code.encode()).hexdigest()
     res.techniques = detect_techniques(code)
     if trusted_link is None:
@@ -209,6 +215,15 @@ def _run(
     if build.verdict != "built":
         res.status, res.reason = build.verdict, build.reason
         return
+    if "openmp" in res.forbidden and build.openmp and trusted_link is None:
+        # the pragma got past the source detector (macros, _Pragma): the object still calls
+        # the OpenMP runtime
+        if "openmp" not in res.techniques:
+            res.techniques = [t for t in ("openmp", *res.techniques)]
+        raise Violation(
+            "uses technique(s) forbidden at this stage: openmp "
+            f"(the object calls {', '.join(build.openmp[:3])})"
+        )
     budget = min(settings.run_timeout_s, deadline - time.monotonic())
     if budget <= 0:
         res.status, res.reason = "timeout", "the request's time budget ran out before the run"
@@ -255,7 +270,9 @@ def _execute(
             open_files=32,
             stack_mb=8,
         )
-        res.seed = settings.seed or int.from_bytes(os.urandom(7), "little")
+        # 0: the driver draws every call's inputs from getrandom (keys in `input_keys`);
+        # a fixed seed reproduces a run but is predictable to the kernel (debugging only)
+        res.seed = settings.seed
         argv = [binary, str(p.M), str(p.N), str(p.K), *map(str, p.check),
                 str(settings.warmup), str(settings.repetitions), str(res.seed)]  # fmt: skip
         out = run_sandboxed(
@@ -274,25 +291,40 @@ def _execute(
         res.output = (res.output + "\n" if res.output else "") + out.output
     ready = "READY" in lines
     verdict = next((ln[7:] for ln in lines if ln.startswith("RESULT ")), None)
+    sig, code = out.signal, out.returncode
+    child = next((ln.split() for ln in lines if ln.startswith("CHILD ")), None)
+    if ready and child and len(child) == 3 and child[2].lstrip("-").isdigit():
+        # the kernel's process died; the judge (parent) reported how
+        if child[1] == "signal":
+            sig, code = int(child[2]), None
+        else:
+            sig, code, verdict = None, int(child[2]), None
     if out.timed_out:
         res.status, res.reason = "timeout", f"run exceeded {timeout:g} s (process group killed)"
-    elif out.signal == signal.SIGXCPU:
+    elif sig == signal.SIGXCPU:
         res.status, res.reason = "timeout", "CPU-time limit exceeded"
-    elif out.signal == signal.SIGXFSZ:
+    elif sig == signal.SIGXFSZ:
         res.status = "runtime_error"
         res.reason = f"output over {settings.output_limit_bytes} bytes (killed)"
-    elif out.signal == signal.SIGSYS:
+    elif sig == signal.SIGSYS:
         res.status, res.reason = "runtime_error", "forbidden system call (killed by seccomp)"
-    elif out.signal is not None:
-        res.status = "runtime_error"
-        res.reason = f"killed by {signal.Signals(out.signal).name}"
+    elif sig is not None and ready:
+        res.status, res.reason = "runtime_error", f"killed by {signal_name(sig)}"
     elif not ready:
         infra = next((ln[6:] for ln in lines if ln.startswith("INFRA ")), None)
         res.status = "infra_error"
-        res.reason = infra or f"the driver did not start (exit status {out.returncode})"
-    elif verdict == "ok" and out.returncode == 0:
-        times = [float(ln.split()[1]) for ln in lines if ln.startswith("TIME ")]
-        if len(times) != settings.repetitions or min(times) <= 0:
+        res.reason = infra or (
+            f"the driver did not start (exit status {code}"
+            + (f", {signal_name(sig)})" if sig is not None else ")")
+        )
+    elif verdict == "ok" and code == 0:
+        try:
+            times = [float(ln.split()[1]) for ln in lines if ln.startswith("TIME ")]
+        except (IndexError, ValueError):
+            times = []
+        if len(times) != settings.repetitions or not all(
+            math.isfinite(t) and t > 0 for t in times
+        ):
             res.status, res.reason = "runtime_error", "the driver's timing record is damaged"
             return
         med = statistics.median(times)
@@ -302,13 +334,28 @@ def _execute(
             "min": round(p.flops / max(times) / 1e9, 4),
             "max": round(p.flops / min(times) / 1e9, 4),
         }
+        keys = next((ln.split()[1:] for ln in lines if ln.startswith("KEYS ")), [])
+        res.input_keys = keys[:64]
         res.status = "ok"
+    elif verdict is not None and verdict.startswith("infra"):
+        # only the parent (trusted) holds fd 3: a harness failure after READY is still one
+        res.status, res.reason = "infra_error", verdict.removeprefix("infra ")
     elif verdict is not None and verdict.startswith(("wrong", "inputs")):
         res.status, res.reason = "wrong_result", verdict.removeprefix("wrong ")
     elif verdict is not None and verdict.startswith("memory"):
         res.status, res.reason = "runtime_error", verdict.removeprefix("memory ")
-    elif out.returncode == 0:
+    elif code == 0:
         res.status = "runtime_error"
         res.reason = "the process exited before the harness finished (exit() in the kernel?)"
     else:
-        res.status, res.reason = "runtime_error", f"exit status {out.returncode}"
+        res.status, res.reason = "runtime_error", f"exit status {code}"
+
+
+def signal_name(number: int) -> str:
+    """SIGSEGV, SIGRTMIN+1, ... or 'signal 77': never raises for an unknown number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        if signal.SIGRTMIN <= number <= signal.SIGRTMAX:
+            return f"SIGRTMIN+{number - signal.SIGRTMIN}"
+        return f"signal {number}"

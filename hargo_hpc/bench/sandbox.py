@@ -10,7 +10,9 @@ Layers (each listed in the result record when in force; see docs/bench.md for wh
 ``netns``    a new, empty network namespace (only loopback, down) - needs root or user namespaces.
 ``uid``      when the worker runs as root: setgroups([]), setgid/setuid to an unprivileged user
              (default ``nobody``); the run directory is handed to that user.
-``seccomp``  set by the driver itself (driver.c) right before the first kernel call.
+``seccomp``  set by the driver (driver.c) in its kernel process, after the fork and before any
+             kernel code; the judge process that writes the verdict is never filtered nor shares
+             memory with the kernel beyond the buffers.
 """
 
 from __future__ import annotations
@@ -73,6 +75,23 @@ def _libc_unshare():
 
 
 _UNSHARE = _libc_unshare()
+PR_SET_CHILD_SUBREAPER = 36
+_SUBREAPER = False
+
+
+def _become_subreaper() -> None:
+    """Make this worker the reaper of its sandboxed descendants (Linux).
+
+    When a process group is killed, members whose parent died first (the driver's kernel process,
+    a compiler's cc1) are re-parented.  Without this they go to PID 1, and stay zombies - which
+    `kill(-pgid, 0)` still counts - until PID 1 gets round to reaping them.  As subreaper the
+    worker reaps them itself in `_kill_group` (waitpid on the group)."""
+    global _SUBREAPER
+    if _SUBREAPER:
+        return
+    _SUBREAPER = True
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def probe_netns() -> str | None:
@@ -176,6 +195,7 @@ def run_sandboxed(
             os.setgid(ids[1])
             os.setuid(ids[0])
 
+    _become_subreaper()
     start = time.monotonic()
     timed_out = False
     try:
@@ -259,8 +279,16 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         proc.wait()
         end = time.monotonic() + grace_s
         while time.monotonic() < end:
+            _reap_group(pgid)
             os.killpg(pgid, 0)  # raises ProcessLookupError once the group is empty
-            time.sleep(0.005)
+            time.sleep(0.002)
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap members of the group that were re-parented to this (subreaper) worker."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        while os.waitpid(-pgid, os.WNOHANG)[0] > 0:
+            pass
 
 
 def base_env(workdir: str, extra: dict[str, str] | None = None) -> dict[str, str]:

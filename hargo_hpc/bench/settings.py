@@ -57,7 +57,10 @@ class BenchSettings(BaseModel):
         True, description="measure and store the roof on first use when none is known"
     )
     seed: int = Field(
-        0, ge=0, description="seed of the random inputs; 0 = a fresh random seed per run"
+        0,
+        ge=0,
+        description="0 = fresh getrandom() inputs per call (training); a fixed seed reproduces a "
+        "run but the kernel can read it: debugging only",
     )
     cache_dir: str = Field("", description="compile cache; '' = $XDG_CACHE_HOME/hargo-hpc/bench")
     sandbox_user: str = Field(

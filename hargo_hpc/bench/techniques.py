@@ -6,6 +6,12 @@ extensions), ``blocking`` (loops stepping by a block/tile size, or inner bounds 
 ``unrolling`` (``#pragma unroll``/``GCC unroll`` or a loop stepping by a literal 2..16 whose body
 indexes ``[x + 1]``, ``[x + 2]`` ...).  The detector reads the code with comments and strings
 removed; it is a heuristic, deliberately simple, and documented as such.
+
+Every textual check (here and in validate.py) first applies the C translation phases that can
+hide a directive from a regex (`translation_phases`): trigraphs, backslash-newline splices and the
+digraphs ``%:`` ``%:%:`` ``<:`` ``:>`` ``<%`` ``%>``.  ``_Pragma("...")`` is read as ``#pragma``.
+What the preprocessor can still assemble through macros (``_Pragma(STR(CAT(o, mp) parallel))``)
+is caught after compiling, on the object's OpenMP runtime symbols (see validate.check_object).
 """
 
 from __future__ import annotations
@@ -21,6 +27,28 @@ ALIASES = {
     "register_blocking": "blocking", "loop_tiling": "blocking",
     "unrolling": "unrolling", "unroll": "unrolling", "loop_unrolling": "unrolling",
 }  # fmt: skip
+
+TRIGRAPHS = {"??=": "#", "??/": "\\", "??'": "^", "??(": "[", "??)": "]", "??!": "|",
+             "??<": "{", "??>": "}", "??-": "~"}
+TRIGRAPH = re.compile(r"\?\?[=/'()!<>-]")
+SPLICE = re.compile(r"\\[ \t]*\r?\n")  # gcc also splices a backslash followed by blanks
+DIGRAPHS = (("%:%:", "##"), ("%:", "#"), ("<:", "["), (":>", "]"), ("<%", "{"), ("%>", "}"))
+PRAGMA_OP = re.compile(r'\b_Pragma\s*\(\s*L?"((?:\\.|[^"\\\n])*)"\s*\)')
+
+
+def translation_phases(code: str) -> str:
+    """`code` as the compiler's tokenizer sees it, for textual checks only: trigraphs replaced,
+    line splices removed, digraphs spelled as their punctuators, and ``_Pragma("x")`` written
+    as ``#pragma x`` on its own line.  (Digraphs inside string literals are replaced too: the
+    result is only ever searched, never compiled.)"""
+    code = TRIGRAPH.sub(lambda m: TRIGRAPHS[m.group(0)], code)
+    code = SPLICE.sub("", code)
+    for digraph, token in DIGRAPHS:
+        code = code.replace(digraph, token)
+    return PRAGMA_OP.sub(
+        lambda m: "\n#pragma " + m.group(1).replace('\\"', '"').replace("\\\\", "\\") + "\n", code
+    )
+
 
 COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
@@ -48,8 +76,9 @@ OFFSET_INDEX = re.compile(r"\[\s*[^\]]*\+\s*(\d+)\s*\]")
 
 
 def strip_comments(code: str) -> str:
-    """The code without comments and string literals (so that prose does not count)."""
-    return STRINGS.sub('""', COMMENTS.sub(" ", code))
+    """The code after `translation_phases`, without comments and string literals (so that prose
+    does not count)."""
+    return STRINGS.sub('""', COMMENTS.sub(" ", translation_phases(code)))
 
 
 def detect_techniques(code: str) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from hargo_hpc.bench.techniques import COMMENTS, strip_comments
+from hargo_hpc.bench.techniques import COMMENTS, STRINGS, strip_comments, translation_phases
 
 KERNEL = "gemm"
 SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -36,6 +36,14 @@ INCLUDE = re.compile(r"^\s*#\s*(include|include_next|import|embed)\b\s*(.*)$", r
 DEFINITION = re.compile(r"\b(\w[\w\s\*]*?)\bgemm\s*\(([^;{)]*)\)\s*\{", re.DOTALL)
 EXPECTED_PARAMS = ["int", "int", "int", "const double*", "const double*", "double*"]
 QUALIFIERS = {"restrict", "__restrict", "__restrict__", "register"}
+# assembler directives that read files (or build directive names) - inside asm string literals
+ASM_DIRECTIVE = re.compile(
+    r"(?:^|[^\w$.])\.(incbin|include|file|macro|irpc?|rept|altmacro|purgem)\b", re.IGNORECASE
+)
+ADJACENT_STRINGS = re.compile(r'"\s*(?:L|u8|u|U)?"')
+CTOR_TYPES = {"INIT_ARRAY": ".init_array", "FINI_ARRAY": ".fini_array",
+              "PREINIT_ARRAY": ".preinit_array"}  # fmt: skip
+OPENMP_RUNTIME = ("omp_", "GOMP_", "__kmpc_")
 CTOR_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
 
 LIBM = {
@@ -68,10 +76,22 @@ class Violation(Exception):
 
 def check_source(code: str, language: str = "c") -> None:
     """Raise Violation when `code` breaks the kernel contract before compiling."""
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Violation("the code is not valid UTF-8 text") from None
+    if "\0" in code:
+        raise Violation("the code contains a NUL character")
+    phased = translation_phases(code)  # trigraphs, line splices, digraphs, _Pragma
     src = strip_comments(code)
     if language != "c" or CPP_MARKERS.search(src):
         raise Violation("the code is C++, not C")
-    for directive, rest in INCLUDE.findall(COMMENTS.sub(" ", code)):
+    no_comments = COMMENTS.sub(" ", phased)
+    literals = " ".join(STRINGS.findall(ADJACENT_STRINGS.sub("", no_comments)))
+    asm = ASM_DIRECTIVE.search(literals.replace("\\n", "\n").replace("\\t", " "))
+    if asm:
+        raise Violation(f"assembler directive .{asm.group(1)} is not allowed")
+    for directive, rest in INCLUDE.findall(no_comments):
         if directive != "include":
             raise Violation(f"#{directive} is not allowed")
         m = re.match(r"<\s*([A-Za-z0-9_./+-]+)\s*>", rest.strip())
@@ -132,10 +152,19 @@ def parse_readelf(text: str) -> tuple[list[tuple[str, str, str, str]], list[str]
             rest = line.split("]", 1)[1].split()
             if rest and rest[0].startswith("."):
                 sections.append(rest[0])
+                ctor = CTOR_TYPES.get(rest[1]) if len(rest) > 1 else None
+                if ctor and not rest[0].startswith(ctor):  # a constructor table by any name
+                    sections.append(ctor)
         elif len(parts) >= 8 and parts[0].endswith(":") and parts[0][:-1].isdigit():
             _, _, _, typ, bind, _, ndx, name = parts[:8]
             symbols.append((name, bind, typ, ndx))
     return symbols, sections
+
+
+def openmp_symbols(symbols: list[tuple[str, str, str, str]]) -> list[str]:
+    """The OpenMP runtime functions the object calls (``GOMP_parallel``, ``omp_get_num_threads``,
+    ...): the compiler's own record of an OpenMP region, however the pragma was spelled."""
+    return sorted({n for n, _, _, ndx in symbols if ndx == "UND" and n.startswith(OPENMP_RUNTIME)})
 
 
 def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) -> None:

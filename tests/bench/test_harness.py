@@ -16,7 +16,7 @@ from hargo_hpc.bench.roof import load_roof, roof_file
 
 FIELDS = {
     "request_id", "status", "reward", "reason", "code_hash", "problem", "size", "check_size",
-    "gflops", "times_s", "seed", "suspicious", "roof_gflops", "threads", "compiler",
+    "gflops", "times_s", "seed", "input_keys", "suspicious", "roof_gflops", "threads", "compiler",
     "compiler_version", "flags", "techniques", "forbidden", "stage", "cache_hit", "compile_s",
     "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable", "harness_version",
 }  # fmt: skip
