@@ -16,31 +16,14 @@ or missing directory), so neither side crashes with a traceback on an ordinary f
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import secrets
 from pathlib import Path
 from typing import Any
 
-from hargo_hpc.handoff.errors import HandoffError, SchemaError
+from hargo_hpc.handoff.errors import SchemaError, describe
 from hargo_hpc.handoff.layout import TEMP_PREFIX
-
-_HINTS = {
-    errno.ENOSPC: "no space left on device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only filesystem",
-    errno.EACCES: "permission denied (read-only directory?)",
-    errno.EPERM: "operation not permitted",
-    errno.ENOENT: "directory does not exist",
-    errno.ENOTDIR: "not a directory",
-}
-
-
-def describe(err: OSError, action: str, path: Path | str) -> HandoffError:
-    """One line for an OS error: what we tried, where, and the likely cause."""
-    hint = _HINTS.get(err.errno or 0, err.strerror or str(err))
-    return HandoffError(f"cannot {action} {path}: {hint}")
 
 
 def encode(obj: Any) -> bytes:
@@ -109,12 +92,13 @@ def open_exclusive(path: Path, obj: Any) -> bool:
         return False
     except OSError as err:
         raise describe(err, "create", path) from None
-    try:
-        os.write(fd, encode(obj))
-    except OSError as err:
-        raise describe(err, "write", path) from None
-    finally:
-        os.close(fd)
+    # The name is ours now. The content is informational: if writing it fails (ENOSPC,
+    # EDQUOT, often reported only at close over NFS), the claim is still held by this caller.
+    with contextlib.suppress(OSError):
+        try:
+            os.write(fd, encode(obj))
+        finally:
+            os.close(fd)
     return True
 
 
@@ -123,10 +107,22 @@ def link_exclusive(source: Path, path: Path) -> bool:
     try:
         os.link(source, path)
     except FileExistsError:
-        return False
+        # Over NFS a retransmitted LINK whose first reply was lost answers EEXIST although it
+        # succeeded: the private temp file then has a second name, the one we asked for.
+        return _linked(source)
     except OSError as err:
+        if _linked(source):
+            return True
         raise describe(err, "link", path) from None
     return True
+
+
+def _linked(source: Path) -> bool:
+    """True when `source` (a private temp file) has gained a second name: our link worked."""
+    try:
+        return os.stat(source).st_nlink >= 2
+    except OSError:
+        return False
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hargo_hpc.handoff.errors import describe
 from hargo_hpc.handoff.layout import parse_claim_name
 
 
@@ -66,6 +67,8 @@ def scan_claims(directory: Path) -> dict[str, Attempts]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return found
+    except OSError as err:
+        raise describe(err, "list", directory) from None
     for name in names:
         parsed = parse_claim_name(name)
         if parsed is None:
@@ -91,6 +94,8 @@ class ClaimIndex:
             current = {name for name in os.listdir(directory) if not name.startswith(".")}
         except FileNotFoundError:
             current = set()
+        except OSError as err:
+            raise describe(err, "list", directory) from None
         if self._names - current:
             self._names, self._attempts = set(), {}
         for name in current - self._names:
@@ -112,12 +117,17 @@ class LeaseObserver:
         self._seen: dict[Path, tuple[tuple[int, int], float]] = {}
 
     def expired(self, path: Path) -> bool:
-        """True once `path` has not changed for a lease; False if it changed or vanished."""
+        """True once `path` has not changed for a lease; False if it changed or vanished.
+
+        HandoffError when the claim cannot be looked at (ESTALE, EIO).
+        """
         try:
             st = os.stat(path)
         except FileNotFoundError:
             self._seen.pop(path, None)
             return False
+        except OSError as err:  # ESTALE, EIO: no verdict this time; the clock keeps running
+            raise describe(err, "stat", path) from None
         token = (st.st_ino, st.st_mtime_ns)
         now = self._monotonic()
         seen = self._seen.get(path)

@@ -138,6 +138,12 @@ def worker(
     if fsync is not None:
         updates["fsync"] = fsync
     settings = settings.model_copy(update=updates)
+    idle = settings.worker_max_idle_s if max_idle is None else max_idle
+    if idle <= settings.lease_s:
+        raise UsageFailure(
+            f"--max-idle ({idle:g} s) must be longer than the lease ({settings.lease_s:g} s): "
+            "a worker must outlive a lease to take over a dead worker's claim"
+        )
     cache_dir = (bench.cache_dir or None) if bench is not None else None
     run = _load_workload(workload) if workload else _call(bench_workload, bench, cache_dir)
     try:
@@ -149,6 +155,8 @@ def worker(
     except HandoffError as err:
         raise UsageFailure(str(err)) from None
     click.echo(f"worker stopped: {reason}", err=True)
+    if Worker.failed(reason):
+        sys.exit(1)
 
 
 def _settings(job: str | None) -> tuple[HandoffSettings, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 
 class HandoffError(RuntimeError):
     """A handoff operation that cannot go on (missing or read-only directory, full disk, ...)."""
@@ -9,3 +12,22 @@ class HandoffError(RuntimeError):
 
 class SchemaError(ValueError):
     """A handoff file that is not valid JSON of a known kind and supported version."""
+
+
+_HINTS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only filesystem",
+    errno.EACCES: "permission denied (read-only directory?)",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "directory does not exist",
+    errno.ENOTDIR: "not a directory",
+    errno.ESTALE: "stale file handle (NFS)",
+    errno.EIO: "input/output error",
+}
+
+
+def describe(err: OSError, action: str, path: Path | str) -> HandoffError:
+    """One line for an OS error: what we tried, where, and the likely cause."""
+    hint = _HINTS.get(err.errno or 0, err.strerror or str(err))
+    return HandoffError(f"cannot {action} {path}: {hint}")

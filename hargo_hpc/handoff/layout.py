@@ -23,8 +23,11 @@ written next to it.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+from hargo_hpc.handoff.errors import describe
 
 STOP = "STOP"
 WORKERS = "workers"
@@ -147,9 +150,14 @@ class Layout:
         return self.claims(step) / claim_name(rid, attempt, state)
 
     def step_numbers(self) -> list[int]:
-        """Every step present, ascending; [] when there is no steps/ yet."""
+        """Every step present, ascending; [] when there is no steps/ yet.
+
+        HandoffError (one line) for any other error (ESTALE, EIO, EACCES).
+        """
         try:
-            names = [entry.name for entry in self.steps.iterdir()]
+            names = os.listdir(self.steps)
         except FileNotFoundError:
             return []
+        except OSError as err:
+            raise describe(err, "list", self.steps) from None
         return sorted(n for n in map(parse_step_name, names) if n is not None)

@@ -5,7 +5,7 @@ Owned by `hargo_hpc.handoff`; `hargo_hpc.config` composes it into the experiment
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class HandoffSettings(BaseModel):
@@ -24,3 +24,12 @@ class HandoffSettings(BaseModel):
     fsync: bool = Field(
         True, description="fsync results and the trainer's files before they are put in place"
     )
+
+    @model_validator(mode="after")
+    def _idle_outlives_lease(self) -> HandoffSettings:
+        if self.worker_max_idle_s <= self.lease_s:
+            raise ValueError(
+                f"worker_max_idle_s ({self.worker_max_idle_s:g}) must be longer than lease_s "
+                f"({self.lease_s:g}): a worker must outlive a lease to take over a dead claim"
+            )
+        return self

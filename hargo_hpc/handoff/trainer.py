@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -37,6 +38,7 @@ from hargo_hpc.handoff.settings import HandoffSettings
 log = logging.getLogger("hargo_hpc.handoff.trainer")
 
 TRAINER_ID = "trainer"
+TIMEOUT_WRITE_GRACE_S = 60.0  # after the deadline: then poll raises instead of retrying
 
 
 class Trainer:
@@ -60,6 +62,7 @@ class Trainer:
         self._seen: dict[int, set[str]] = {}
         self._results: dict[int, dict[str, dict[str, Any]]] = {}
         self._id_sets: dict[int, set[str]] = {}
+        self._compacted_read: dict[int, bool] = {}
         if create:
             for path in (self.layout.steps, self.layout.workers):
                 try:
@@ -80,6 +83,8 @@ class Trainer:
             raise ValueError(f"step {step}: request id {dup!r} appears twice")
         path = self.layout.requests(step)
         if not path.exists():
+            # Never submitted, or pruned since: whatever this object remembers of it is stale.
+            self._forget(step)
             step_dir = self.layout.step(step)
             for sub in (step_dir, self.layout.claims(step), self.layout.results(step),
                         self.layout.duplicates(step)):
@@ -99,6 +104,11 @@ class Trainer:
             )
         log.info("step %d was already submitted; keeping the stored batch", step)
         return stored
+
+    def _forget(self, step: int) -> None:
+        for cache in (self._batches, self._seen, self._results, self._id_sets,
+                      self._compacted_read):
+            cache.pop(step, None)
 
     @staticmethod
     def _request(step: int, index: int, request: dict[str, Any]) -> schema.Request:
@@ -139,10 +149,11 @@ class Trainer:
         failed = 0
         running = 0
         counted_at = float("-inf")
+        give_up_at = deadline + max(TIMEOUT_WRITE_GRACE_S, 10 * self.settings.poll_interval_s)
         try:
             arrived = list(cache)
             while True:
-                arrived += self._ingest(step)
+                arrived += self._ingest_or_log(step)
                 for rid in arrived:
                     if rid in pending:
                         pending.discard(rid)
@@ -154,22 +165,38 @@ class Trainer:
                 now = time.monotonic()
                 if now >= deadline:
                     for rid in sorted(pending):
+                        write_errors = self.counts["timeout_write_errors"]
                         record = self._time_out(step, rid, timeout)
+                        if record is None:  # not saved: stays pending, retried next poll
+                            if self.counts["timeout_write_errors"] > write_errors:
+                                break  # full or read-only: the others would fail alike
+                            continue
+                        pending.discard(rid)
                         failed += record["status"] == "infra_error"
                         yield record
-                    pending.clear()
-                    break
+                    if not pending:
+                        break
+                    if now >= give_up_at:
+                        raise HandoffError(
+                            f"step {step}: cannot record the timeout of {len(pending)} "
+                            f"request(s) (e.g. {sorted(pending)[0]}) in "
+                            f"{self.layout.results(step)}; see the log"
+                        )
                 if now - counted_at >= 1.0:
-                    running = self._running(step, pending)
+                    running = self._running(step, pending, running)
                     counted_at = now
                 done = len(wanted) - len(pending)
                 bar.update(done, running, len(pending) - running, failed)
-                time.sleep(min(self.settings.poll_interval_s, max(0.0, deadline - now)))
+                pause = self.settings.poll_interval_s
+                time.sleep(pause if now >= deadline else min(pause, deadline - now))
         finally:
             done = len(wanted) - len(pending)
             bar.close(done, 0 if not pending else running, len(pending), failed)
         if all(rid in cache for rid in known):
-            self.close(step)
+            try:
+                self.close(step)
+            except (HandoffError, OSError) as err:  # every record is delivered already
+                log.warning("step %d: cannot mark it closed (next poll will): %s", step, err)
 
     def collect(
         self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None
@@ -185,7 +212,11 @@ class Trainer:
             names = os.listdir(self.layout.results(step))
         except FileNotFoundError:
             return self._ingest_compacted(step)
+        except OSError as err:
+            raise describe(err, "list", self.layout.results(step)) from None
         new = []
+        if not self._compacted_read.get(step) and self._exists(self.layout.compacted(step)):
+            new += self._ingest_compacted(step)  # a compaction is removing results/
         for name in names:
             if name in seen:
                 continue
@@ -198,13 +229,17 @@ class Trainer:
                 result = schema.parse(schema.Result, read_json(path), path)
             except FileNotFoundError:
                 continue  # compacted meanwhile; read below
-            except (SchemaError, HandoffError) as err:
-                if not self._quarantine(path, str(err)):
+            except HandoffError as err:  # EIO, ESTALE: the file may be fine; read it again
+                self.counts["read_errors"] += 1
+                log.warning("step %d: %s; will read it again", step, err)
+                continue
+            except SchemaError as err:
+                if not self._quarantine(step, rid, path, str(err)):
                     seen.add(name)
                 continue
             if result.request_id != rid or result.step != step:
                 why = f"{path}: names request {result.request_id!r} of step {result.step}"
-                if not self._quarantine(path, why):
+                if not self._quarantine(step, rid, path, why, result.attempt):
                     seen.add(name)
                 continue
             seen.add(name)
@@ -217,11 +252,30 @@ class Trainer:
                 new.append(rid)
         return new
 
+    @staticmethod
+    def _exists(path: Path) -> bool:
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            raise describe(err, "stat", path) from None
+        return True
+
     def _known(self, step: int, rid: str) -> bool:
         ids = self._id_sets.get(step)
         if ids is None:
             ids = self._id_sets[step] = {r["id"] for r in self.requests(step)}
         return rid in ids
+
+    def _ingest_or_log(self, step: int) -> list[str]:
+        """`_ingest`, but an I/O error (ESTALE, EIO) is logged and retried at the next poll."""
+        try:
+            return self._ingest(step)
+        except HandoffError as err:
+            self.counts["poll_errors"] += 1
+            log.warning("step %d: %s; retrying at the next poll", step, err)
+            return []
 
     def _ingest_compacted(self, step: int) -> list[str]:
         path = self.layout.compacted(step)
@@ -229,6 +283,7 @@ class Trainer:
             compacted = schema.parse(schema.Compacted, read_json(path), path)
         except FileNotFoundError:
             return []
+        self._compacted_read[step] = True
         cache = self._results.setdefault(step, {})
         new = []
         for result in compacted.results:
@@ -237,12 +292,20 @@ class Trainer:
                 new.append(result.request_id)
         return new
 
-    def _quarantine(self, path: Path, why: str) -> bool:
+    def _quarantine(
+        self, step: int, rid: str, path: Path, why: str, attempt: int | None = None
+    ) -> bool:
         """Move a corrupt result aside (dot name: ignored) so that the request is run again.
 
-        A result that cannot be moved aside stays; its request then times out as infra_error.
+        Only for a file that was read completely and is not a valid result (results appear
+        whole, through `link`); an I/O error is never a reason. The attempt that wrote it gets
+        a `.released` marker, so the request is claimable at once and the good attempt does
+        not count as a failure. A result that cannot be moved aside stays; its request then
+        times out as infra_error.
         """
         self.counts["corrupt_results"] += 1
+        if attempt is None:
+            attempt = _attempt_of(path)
         aside = path.with_name(f".corrupt-{path.name}.{secrets.token_hex(3)}")
         try:
             os.rename(path, aside)
@@ -250,10 +313,34 @@ class Trainer:
             log.error("%s; cannot move it aside (%s)", why, err)
             return False
         log.error("%s; moved aside to %s, the request will run again", why, aside.name)
+        self._release(step, rid, attempt)
         return True
 
-    def _time_out(self, step: int, rid: str, timeout: float) -> dict[str, Any]:
-        self.counts["timeouts"] += 1
+    def _release(self, step: int, rid: str, attempt: int | None) -> None:
+        """Mark the attempt that wrote a quarantined result `.released` (best effort)."""
+        if attempt is None or attempt < 1:
+            try:
+                found = scan_claims(self.layout.claims(step)).get(rid)
+            except HandoffError:
+                found = None
+            if found is None or not found.held:
+                return
+            attempt = found.latest
+        marker = schema.Released(worker_id=TRAINER_ID, reason="result quarantined",
+                                 at=time.time())
+        try:
+            write_atomic(self.layout.claim(step, rid, attempt, "released"),
+                         schema.dump(marker), fsync=False)
+        except HandoffError as err:
+            log.warning("step %d: cannot release %s attempt %d: %s", step, rid, attempt, err)
+
+    def _time_out(self, step: int, rid: str, timeout: float) -> dict[str, Any] | None:
+        """The record of a straggler, as saved; None when nothing could be saved (yet).
+
+        Only a record that is durably the request's result is returned: ours when our link
+        won, otherwise whatever won (read back). When neither is possible (full disk, an
+        unreadable winner that was just moved aside) the id stays pending for the next poll.
+        """
         record = {
             "request_id": rid, "status": "infra_error", "reward": None,
             "error": f"no result within {timeout:g} s (straggler); dropped from the loss",
@@ -266,18 +353,25 @@ class Trainer:
         try:
             if create_exclusive(self.layout.result(step, rid), envelope,
                                 fsync=self.settings.fsync):
+                self.counts["timeouts"] += 1
                 cache[rid] = _delivered(schema.Result.model_validate(envelope))
                 return cache[rid]
-            self._ingest(step)  # a worker's result won the race: take it
-            if rid in cache:
-                self.counts["timeouts"] -= 1
-                return cache[rid]
         except HandoffError as err:
-            log.error("step %d: cannot record the timeout of %s: %s", step, rid, err)
-        return _delivered(schema.Result.model_validate(envelope))
+            self.counts["timeout_write_errors"] += 1
+            log.error("step %d: cannot record the timeout of %s: %s; retrying", step, rid, err)
+            return None
+        self._ingest_or_log(step)  # another result won the race: deliver that one
+        if rid in cache:
+            return cache[rid]
+        log.warning("step %d: %s has a result that cannot be read yet; retrying", step, rid)
+        return None
 
-    def _running(self, step: int, pending: set[str]) -> int:
-        claims = scan_claims(self.layout.claims(step))
+    def _running(self, step: int, pending: set[str], previous: int = 0) -> int:
+        try:
+            claims = scan_claims(self.layout.claims(step))
+        except HandoffError as err:
+            log.warning("step %d: %s", step, err)
+            return previous
         return sum(1 for rid in pending if rid in claims and claims[rid].held)
 
     # ------------------------------------------------------------------ step and run control
@@ -301,6 +395,16 @@ class Trainer:
         """Remove a stop sentinel left by an earlier run, before starting workers again."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.layout.stop)
+
+
+def _attempt_of(path: Path) -> int | None:
+    """The `attempt` field of a result file that failed validation, if it still has one."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    attempt = obj.get("attempt") if isinstance(obj, dict) else None
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None
 
 
 def _plain(request: schema.Request) -> dict[str, Any]:

@@ -48,9 +48,14 @@ from hargo_hpc.handoff.layout import Layout
 from hargo_hpc.handoff.settings import HandoffSettings
 
 log = logging.getLogger("hargo_hpc.handoff.worker")
+FAILURE_PREFIX = "failed"
 
 Workload = Callable[[dict[str, Any]], dict[str, Any]]
 RESCAN_AFTER_COLLISIONS = 16  # in a row: the queue is stale, list the step again
+IDLE_SCAN_MAX_S = 2.0  # back-off bound between scans of a step that had nothing to claim
+COMPLETE_RECHECK_S = 30.0  # a step whose results cover every request is looked at this often
+STEP_BACKOFF_MAX_S = 30.0  # bound of the back-off of a step that raised an I/O error
+CLOSED_RECHECK_S = 60.0  # closed steps are re-checked this often (pruned and resubmitted?)
 SLURM_KEYS = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID")
 
 
@@ -107,6 +112,10 @@ class StepView:
     attempts: dict[str, Attempts] = field(default_factory=dict)
     last_scan: float = float("-inf")
     claims: ClaimIndex = field(default_factory=ClaimIndex)
+    identity: tuple[int, int] | None = None  # requests.json (inode, mtime): a new batch?
+    idle_delay: float = 0.0  # current back-off between scans that found nothing to claim
+    complete: bool = False  # results cover every request (re-checked every COMPLETE_RECHECK_S)
+    watching: dict[Path, float] = field(default_factory=dict)  # others' live claims: since
 
 
 class Worker:
@@ -143,14 +152,26 @@ class Worker:
         self.poll_s = min(self.settings.poll_interval_s, self.lease_s / 4)
         self.counts: Counter[str] = Counter()
         self._observer = LeaseObserver(self.lease_s)
+        # _lock guards only the held claims and counters (never held during file I/O, so
+        # lease renewal is never stuck behind a slow listing); _claim_lock serializes the
+        # claim scanning state of the workload threads.
         self._lock = threading.Lock()
+        self._claim_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self._held: dict[Path, Held] = {}
         self._views: dict[int, StepView] = {}
+        # Steps seen closed, and steps skipped (unsupported batch). Both are forgotten when
+        # steps/ changes (its mtime: a step was added, pruned or submitted again) and every
+        # CLOSED_RECHECK_S, so a pruned step number submitted again is served.
         self._closed: set[int] = set()
-        self._bad_steps: set[int] = set()
+        self._closed_checked = time.monotonic()
+        self._steps_token: tuple[int, int] | None = None
+        self._bad_steps: dict[int, tuple[int, int] | None] = {}  # step -> requests.json id
+        self._step_backoff: dict[int, tuple[float, float]] = {}  # step -> (until, delay)
         self._steps: list[int] = []
         self._steps_listed = float("-inf")
+        self._crashed = ""
+        self._watch_until = float("-inf")  # not idle before: others' claims are watched
         self._stop = threading.Event()
         self._signal = ""
         self._claims_taken = 0
@@ -172,19 +193,17 @@ class Worker:
             threading.Thread(target=self._work, name=f"hargo-worker-{i}", daemon=True)
             for i in range(self.threads)
         ]
+        renewer = threading.Thread(target=self._renew_loop, name="hargo-renew", daemon=True)
         for thread in workers:
             thread.start()
+        renewer.start()
         tick = min(0.2, self.lease_s / 8)
-        renew_every = self.lease_s / 4
-        last_renew = last_beat = time.monotonic()
+        last_beat = time.monotonic()
         reason = ""
         try:
             while not reason:
                 time.sleep(tick)
                 now = time.monotonic()
-                if now - last_renew >= renew_every:
-                    self._renew()
-                    last_renew = now
                 if now - last_beat >= self.beat_every:
                     self._heartbeat("running")
                     last_beat = now
@@ -202,19 +221,38 @@ class Worker:
         log.info("%s: exit (%s) %s", self.worker_id, reason, dict(self.counts))
         return reason
 
+    @staticmethod
+    def failed(reason: str) -> bool:
+        """Whether an exit reason means the worker broke (the CLI exits non-zero)."""
+        return reason in ("", "error") or reason.startswith(FAILURE_PREFIX)
+
+    def _stop_present(self) -> bool:
+        try:
+            os.stat(self.layout.stop)
+        except FileNotFoundError:
+            return False
+        except OSError as err:  # ESTALE, EIO: look again at the next tick
+            self._count("errors")
+            log.error("%s: %s", self.worker_id, describe(err, "look for", self.layout.stop))
+            return False
+        return True
+
     def _exit_reason(self, now: float, workers: list[threading.Thread]) -> str:
         if self._signal:
             return f"signal {self._signal}"
-        if self.layout.stop.exists():
+        if self._stop_present():
             return "stop sentinel"
+        if self._crashed:
+            return f"{FAILURE_PREFIX}: {self._crashed}"
         with self._lock:
             busy = bool(self._held)
+            watch_until = self._watch_until
         if self.max_requests is not None and self._claims_taken >= self.max_requests and not busy:
             return f"max requests ({self.max_requests})"
-        if not busy and now - self._last_activity >= self.max_idle_s:
+        if not busy and now - self._last_activity >= self.max_idle_s and now >= watch_until:
             return f"idle for {self.max_idle_s:g} s"
-        if not any(thread.is_alive() for thread in workers):
-            return "all workload threads ended"
+        if not all(thread.is_alive() for thread in workers):
+            return f"{FAILURE_PREFIX}: a workload thread ended"
         return ""
 
     def _install_signals(self) -> dict[int, Any]:
@@ -236,14 +274,26 @@ class Worker:
     # ------------------------------------------------------------------ workload threads
 
     def _work(self) -> None:
+        try:
+            self._work_loop()
+        except Exception as err:  # a bug: end the worker (non-zero exit), not just a thread
+            self._crashed = f"{threading.current_thread().name}: {type(err).__name__}: {err}"
+            log.exception("%s: workload thread crashed", self.worker_id)
+
+    def _work_loop(self) -> None:
+        backoff = 0.0
         while not self._stop.is_set():
             try:
                 held = self._take()
-            except HandoffError as err:  # read-only or full filesystem: back off, keep going
+            except (HandoffError, OSError) as err:  # ESTALE, EIO, read-only, full: back off
                 self._count("errors")
-                log.error("%s: %s", self.worker_id, err)
-                self._stop.wait(max(self.poll_s, 1.0))
+                if isinstance(err, OSError):
+                    err = describe(err, "claim a request in", self.layout.steps)
+                backoff = min(STEP_BACKOFF_MAX_S, max(self.poll_s, 0.5, backoff * 2))
+                log.error("%s: %s (retrying in %.1f s)", self.worker_id, err, backoff)
+                self._stop.wait(backoff)
                 continue
+            backoff = 0.0
             if held is None:
                 self._stop.wait(self.poll_s)
                 continue
@@ -260,17 +310,24 @@ class Worker:
                 log.exception("%s: %s: cannot finish", self.worker_id, held.rid)
 
     def _take(self) -> Held | None:
-        with self._lock:
-            if self._stop.is_set():
-                return None
-            if self.max_requests is not None and self._claims_taken >= self.max_requests:
-                return None
+        with self._claim_lock:  # file I/O happens here, never under self._lock
+            with self._lock:
+                if self._stop.is_set():
+                    return None
+                if self.max_requests is not None and self._claims_taken >= self.max_requests:
+                    return None
             held = self._next_claim()
-            if held is not None:
-                self._held[held.path] = held
-                self._claims_taken += 1
-                self._last_activity = time.monotonic()
-            return held
+            if held is None:
+                return None
+            with self._lock:
+                if not self._stop.is_set():
+                    self._held[held.path] = held
+                    self._claims_taken += 1
+                    self._last_activity = time.monotonic()
+                    return held
+            # Stopping: _release_all may already have run without this claim. Give it back.
+            self._release(held, "worker stopping")
+            return None
 
     def _finish(self, held: Held, record: dict[str, Any] | None, error: str) -> None:
         try:
@@ -340,19 +397,36 @@ class Worker:
         self._count("duplicates")
         log.info("%s: %s already has a result; ignoring ours", self.worker_id, held.rid)
         dup_dir = self.layout.duplicates(held.step)
-        dup_dir.mkdir(exist_ok=True)
-        write_atomic(
-            dup_dir / f"{held.rid}.{self.nonce}-{held.attempt}.json", envelope, fsync=self.fsync
-        )
+        try:  # never re-create duplicates/: it is gone only when the step was compacted
+            write_atomic(dup_dir / f"{held.rid}.{self.nonce}-{held.attempt}.json", envelope,
+                         fsync=self.fsync)
+        except HandoffError as err:
+            log.info("%s: %s: duplicate not kept: %s", self.worker_id, held.rid, err)
 
     # ------------------------------------------------------------------ claiming
 
     def _next_claim(self) -> Held | None:
+        """The next claim of any open step; an I/O error on one step backs that step off
+        (exponentially, up to STEP_BACKOFF_MAX_S) and the other steps are still served."""
         for step in self._open_steps():
-            view = self._view(step)
-            if view is None:
+            now = time.monotonic()
+            backoff = self._step_backoff.get(step)
+            if backoff is not None and now < backoff[0]:
                 continue
-            held = self._claim_from(view)
+            try:
+                view = self._view(step)
+                held = self._claim_from(view) if view is not None else None
+            except (HandoffError, OSError) as err:
+                if isinstance(err, OSError):
+                    err = describe(err, "serve", self.layout.step(step))
+                delay = min(STEP_BACKOFF_MAX_S,
+                            backoff[1] * 2 if backoff else max(self.poll_s, 0.5))
+                self._step_backoff[step] = (now + delay, delay)
+                self._count("errors")
+                log.error("%s: step %d: %s (retrying it in %.1f s)", self.worker_id, step, err,
+                          delay)
+                continue
+            self._step_backoff.pop(step, None)
             if held is not None:
                 return held
         return None
@@ -362,15 +436,45 @@ class Worker:
         if now - self._steps_listed < self.poll_s:
             return self._steps
         self._steps_listed = now
+        try:
+            st = os.stat(self.layout.steps)
+            token: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+        except FileNotFoundError:
+            token = None
+        except OSError as err:
+            raise describe(err, "stat", self.layout.steps) from None
+        steps = self.layout.step_numbers()
+        if token != self._steps_token or now - self._closed_checked >= CLOSED_RECHECK_S:
+            self._steps_token = token
+            self._closed_checked = now
+            self._closed.clear()
+            for step, view in list(self._views.items()):
+                if self._identity(step) != view.identity:
+                    del self._views[step]  # pruned (and maybe submitted again): a new batch
+            for step, identity in list(self._bad_steps.items()):
+                if self._identity(step) != identity:
+                    del self._bad_steps[step]
+        present = set(steps)
+        for cache in (self._bad_steps, self._views, self._step_backoff):
+            for step in [s for s in cache if s not in present]:
+                del cache[step]  # pruned
+        self._closed &= present
         open_steps = []
-        for step in self.layout.step_numbers():
+        for step in steps:
             if step in self._closed or step in self._bad_steps:
                 continue
-            if self.layout.closed(step).exists():
-                self._closed.add(step)
-                self._views.pop(step, None)
+            try:
+                os.stat(self.layout.closed(step))
+            except FileNotFoundError:
+                open_steps.append(step)
                 continue
-            open_steps.append(step)
+            except OSError as err:
+                self._count("errors")
+                log.error("%s: %s", self.worker_id, describe(err, "stat",
+                                                             self.layout.closed(step)))
+                continue
+            self._closed.add(step)
+            self._views.pop(step, None)
         self._steps = open_steps
         return open_steps
 
@@ -384,25 +488,38 @@ class Worker:
         except FileNotFoundError:
             return None  # the trainer is still writing the step
         except SchemaError as err:
-            self._bad_steps.add(step)
+            self._bad_steps[step] = self._identity(step)
             self._count("skipped_steps")
             log.error("%s: skipping step %d: %s", self.worker_id, step, err)
             return None
         requests = {r.id: r.model_dump(mode="json", exclude_none=True) for r in batch.requests}
-        view = StepView(step=step, requests=requests)
+        view = StepView(step=step, requests=requests, identity=self._identity(step),
+                        idle_delay=self.poll_s)
         self._views[step] = view
         return view
 
-    def _scan(self, view: StepView) -> None:
-        view.last_scan = time.monotonic()
-        self._count("scans")
+    def _identity(self, step: int) -> tuple[int, int] | None:
+        """(inode, mtime) of the step's requests.json: tells a resubmitted batch apart."""
         try:
-            names = os.listdir(self.layout.results(view.step))
+            st = os.stat(self.layout.requests(step))
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def _scan(self, view: StepView) -> None:
+        now = view.last_scan = time.monotonic()
+        self._count("scans")
+        results = self.layout.results(view.step)
+        try:
+            names = os.listdir(results)
         except FileNotFoundError:
             names = []
+        except OSError as err:
+            raise describe(err, "list", results) from None
         done = {name[:-5] for name in names if name.endswith(".json") and name[0] != "."}
         attempts = view.claims.update(self.layout.claims(view.step))
         fresh, retry = [], []
+        watching: dict[Path, float] = {}
         for rid in view.requests:
             if rid in done:
                 continue
@@ -413,16 +530,40 @@ class Worker:
                 retry.append(rid)  # failed or released: nobody is on it
             else:
                 path = self.layout.claim(view.step, rid, found.latest)
-                if path not in self._held and self._observer.expired(path):
+                if path in self._held:
+                    continue
+                if self._observer.expired(path):
                     retry.append(rid)
+                else:
+                    watching[path] = view.watching.get(path, now)
         random.shuffle(fresh)
         random.shuffle(retry)
         view.queue = fresh + retry  # popped from the end: retries first, they are the oldest
         view.attempts = attempts
+        view.watching = watching
+        view.complete = sum(1 for rid in view.requests if rid in done) == len(view.requests)
+        if view.queue:
+            view.idle_delay = self.poll_s
+        else:  # nothing to claim: back off, up to IDLE_SCAN_MAX_S (lease/4 while watching)
+            bound = max(IDLE_SCAN_MAX_S, self.poll_s)
+            if watching:
+                bound = max(self.poll_s, min(bound, self.lease_s / 4))
+            view.idle_delay = min(bound, max(self.poll_s, view.idle_delay * 2))
+        # Watching another worker's claim is not idleness: if its holder is dead, this worker
+        # must stay to see the lease run out and take it over, however short its --max-idle
+        # (at most 1.5 leases per claim: one that kept changing that long has a live holder).
+        if watching:
+            until = max(watching.values()) + 1.5 * self.lease_s
+            with self._lock:
+                self._watch_until = max(self._watch_until, until)
 
     def _claim_from(self, view: StepView) -> Held | None:
         since = time.monotonic() - view.last_scan
-        if (not view.queue and since >= self.poll_s) or since >= self.lease_s / 2:
+        if view.complete and since < COMPLETE_RECHECK_S:
+            return None  # every request has its result; only a quarantine could undo that
+        if (not view.queue and since >= view.idle_delay) or (
+            view.queue and since >= self.lease_s / 2
+        ):
             self._scan(view)  # also look for expired claims while fresh work remains
         missed = 0
         while view.queue:
@@ -439,7 +580,7 @@ class Worker:
                 missed += 1
                 continue  # another worker was first
             self._observer.forget(self.layout.claim(view.step, rid, found.latest))
-            if self.layout.result(view.step, rid).exists():
+            if self._has_result(view.step, rid):
                 continue  # finished since our scan; the unused claim is harmless
             failures = found.failures
             if found.held:
@@ -453,6 +594,15 @@ class Worker:
                 continue
             return held
         return None
+
+    def _has_result(self, step: int, rid: str) -> bool:
+        try:
+            os.stat(self.layout.result(step, rid))
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return False  # cannot tell: benchmark it; a second result is only a duplicate
+        return True
 
     def _give_up(self, held: Held) -> None:
         self._count("gave_up")
@@ -489,6 +639,17 @@ class Worker:
 
     # ------------------------------------------------------------------ leases, heartbeat
 
+    def _renew_loop(self) -> None:
+        """Renew held leases every lease/4, in a thread of its own that touches only held
+        claims: no scan, listing or heartbeat can delay it."""
+        every = self.lease_s / 4
+        while not self._stop.wait(every):
+            try:
+                self._renew()
+            except Exception:  # never let the renewer die quietly
+                self._count("errors")
+                log.exception("%s: lease renewal", self.worker_id)
+
     def _renew(self) -> None:
         with self._lock:
             held = [h for h in self._held.values() if not h.released]
@@ -512,16 +673,19 @@ class Worker:
             held = [h for h in self._held.values() if not h.released]
             for item in held:
                 item.released = True
+        for item in held:
+            self._release(item, reason)
+        return len(held)
+
+    def _release(self, item: Held, reason: str) -> None:
         marker = schema.dump(schema.Released(worker_id=self.worker_id, reason=reason,
                                              at=time.time()))
-        for item in held:
-            try:
-                write_atomic(self.layout.claim(item.step, item.rid, item.attempt, "released"),
-                             marker, fsync=False)
-                self._count("released")
-            except HandoffError as err:
-                log.error("%s: cannot release %s: %s", self.worker_id, item.path, err)
-        return len(held)
+        try:
+            write_atomic(self.layout.claim(item.step, item.rid, item.attempt, "released"),
+                         marker, fsync=False)
+            self._count("released")
+        except HandoffError as err:
+            log.error("%s: cannot release %s: %s", self.worker_id, item.path, err)
 
     def _heartbeat(self, state: str, reason: str = "") -> None:
         with self._lock:

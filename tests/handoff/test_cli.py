@@ -103,7 +103,7 @@ def test_worker_command_runs_until_idle(root: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", "from hargo_hpc.handoff.commands import worker; worker()",
          "--handoff", str(root), "--workload", "doubles:noop_workload_double",
-         "--max-idle", "0.5", "--threads", "2"],
+         "--max-idle", "0.5", "--lease", "0.4", "--threads", "2"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(HERE)},
     )
     assert proc.returncode == 0, proc.stderr
