@@ -10,22 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from hargo_hpc.bench.calibrate import kernel_source
 from hargo_hpc.handoff import HandoffSettings, Trainer, bench_workload
 
 from .conftest import running_workers
 
-NAIVE = """Here is my kernel:
-```c
-void gemm(int M, int N, int K, const double *A, const double *B, double *C) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double sum = 0.0;
-            for (int k = 0; k < K; k++) sum += A[(long)i * K + k] * B[(long)k * N + j];
-            C[(long)i * N + j] = sum;
-        }
-}
-```
-"""
+NAIVE = f"Here is my kernel:\n```c\n{kernel_source('naive')}```\n"  # as a chat model answers
 BROKEN = "```c\nvoid gemm(int M, int N, int K, const double *A, const double *B, double *C) {\n"
 PROSE = "I would rather not write any code today."
 
