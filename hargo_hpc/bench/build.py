@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -31,8 +32,10 @@ from hargo_hpc.bench.cache import CompileCache, cache_key
 from hargo_hpc.bench.sandbox import InfraError, Limits, base_env, run_sandboxed
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.validate import (
+    ASM_FILE_DIRECTIVES,
     SIGNATURE,
     Violation,
+    asm_directive_pattern,
     check_object,
     openmp_symbols,
     parse_readelf,
@@ -40,12 +43,11 @@ from hargo_hpc.bench.validate import (
 
 PROTOTYPE = f"{SIGNATURE};\n"
 # In the generated assembly, no directive that reads a file or builds directives by macro: this
-# is what the assembler will see, whatever preprocessor or string tricks produced it.
-ASM_FORBIDDEN = re.compile(
-    r"(?:^|[^\w$.])\.(incbin|include|macro|irpc?|rept|altmacro|purgem)\b", re.IGNORECASE
-)
+# is what the assembler will see, whatever preprocessor or string tricks produced it.  (`.file`
+# is allowed here: the compiler writes it.)  The same pattern for Python and for grep -E.
+ASM_FORBIDDEN = asm_directive_pattern(ASM_FILE_DIRECTIVES)
 ASM_FORBIDDEN_ERE = (
-    r"(^|[^[:alnum:]_$.])\.(incbin|include|macro|irpc?|rept|altmacro|purgem)([^[:alnum:]_]|$)"
+    rf"(^|[^[:alnum:]_$.])\.({'|'.join(ASM_FILE_DIRECTIVES)})([^[:alnum:]_]|$)"
 )
 ASM_REJECTED = 97  # exit status of the build script when kernel.s holds such a directive
 # compiler output that means the machine, not the code, failed: infra_error, never cached
@@ -80,6 +82,7 @@ class Build:
     openmp: list[str] | None = None  # OpenMP runtime symbols the kernel object calls
 
 
+@functools.lru_cache(maxsize=1)
 def driver_source() -> str:
     return resources.files("hargo_hpc.bench").joinpath("driver.c").read_text()
 
@@ -197,7 +200,7 @@ def build_kernel(
         )  # fmt: skip
         output = _excerpt(res.output, work, cap)
         seconds = time.monotonic() - start
-        if res.timed_out or res.signal in (9, 24):  # SIGKILL by us, SIGXCPU
+        if res.timed_out or res.signal in (signal.SIGKILL, signal.SIGXCPU):
             return Build("timeout", f"compile exceeded {timeout_s:g} s", output, None, False,
                          seconds)  # fmt: skip
         shell_failed = res.returncode in (126, 127)  # sh could not find or run a program

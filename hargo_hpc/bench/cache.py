@@ -27,9 +27,14 @@ def cache_key(*parts: str) -> str:
     return h.hexdigest()
 
 
-def default_cache_root() -> Path:
+def user_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/hargo-hpc` (default `~/.cache/hargo-hpc`): compile cache and roof."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hargo-hpc" / "bench"
+    return Path(base) / "hargo-hpc"
+
+
+def default_cache_root() -> Path:
+    return user_cache_dir() / "bench"
 
 
 class CompileCache:

@@ -56,9 +56,14 @@ def measure_roof(
         res = openblas_result(settings, problem, cache_dir=cache_dir)
     except InfraError:
         return None
-    roof = res.gflops["max"]
-    store_roof(res.threads, problem.shape, {"gflops": roof, "median": res.gflops["median"]})
-    return roof
+    _store(res, problem)
+    return res.gflops["max"]
+
+
+def _store(blas: BenchResult, problem: Problem) -> str:
+    """Store OpenBLAS's best call as the roof of this host, thread count and shape."""
+    record = {"gflops": blas.gflops["max"], "median": blas.gflops["median"]}
+    return str(store_roof(blas.threads, problem.shape, record))
 
 
 @dataclass
@@ -78,8 +83,7 @@ def calibrate(
     Every row's percentage is its median GFLOPS over the roof (OpenBLAS's best call)."""
     blas = openblas_result(settings, problem, cache_dir=cache_dir)
     roof = blas.gflops["max"]
-    path = store_roof(blas.threads, problem.shape,
-                      {"gflops": roof, "median": blas.gflops["median"]})  # fmt: skip
+    path = _store(blas, problem)
     rows = [Row("openblas (roof)", "ok", blas.gflops["median"], roof,
                 100.0 * blas.gflops["median"] / roof)]  # fmt: skip
     for name in REFERENCE_KERNELS:
@@ -88,4 +92,4 @@ def calibrate(
         g = res.gflops or {}
         pct = 100.0 * g["median"] / roof if g else None
         rows.append(Row(name, res.status, g.get("median"), g.get("max"), pct))
-    return roof, rows, str(path)
+    return roof, rows, path

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-C_TAGS = {"c", "h", "C"}
+C_TAGS = {"c", "h"}
 CPP_TAGS = {"cpp", "c++", "cc", "cxx", "hpp", "cplusplus"}
 DEFINES_GEMM = re.compile(r"\bgemm\s*\([^;{]*\)\s*\{", re.DOTALL)
 
@@ -41,7 +41,7 @@ def extract_code(completion: str) -> Extracted | None:
         if "{" in text and ";" in text:
             return Extracted(text.strip() + "\n", "c", 0)
         return None
-    c_blocks = [b for t, b in blocks if t in C_TAGS or t.lower() == "c"]
+    c_blocks = [b for t, b in blocks if t.lower() in C_TAGS]
     untagged = [b for t, b in blocks if t == ""]
     cpp_blocks = [b for t, b in blocks if t.lower() in CPP_TAGS]
     candidates, language = c_blocks or untagged, "c"

@@ -21,12 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from hargo_hpc.bench.cache import user_cache_dir
+
 
 def roof_file() -> Path:
     if os.environ.get("HARGO_ROOF_FILE"):
         return Path(os.environ["HARGO_ROOF_FILE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hargo-hpc" / "roof.json"
+    return user_cache_dir() / "roof.json"
 
 
 def roof_key(threads: int, shape: str) -> str:

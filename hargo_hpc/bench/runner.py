@@ -20,7 +20,7 @@ import statistics
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hargo_hpc.bench.build import Build, InfraError, build_kernel, compiler_version
@@ -64,8 +64,8 @@ class Problem:
         c = int(d.get("check_size", settings.check_size))
         if min(m, n, k, c) <= 0 or max(m, n, k, c) > 1 << 14:
             raise ValueError(f"bad problem sizes {m}x{n}x{k} / {c}")
-        name = str(d.get("name") or f"dgemm-{m if m == n == k else f'{m}x{n}x{k}'}")
-        return cls(name, m, n, k, (c, c, c))
+        problem = cls("", m, n, k, (c, c, c))
+        return replace(problem, name=str(d.get("name") or f"dgemm-{problem.shape}"))
 
 
 @dataclass
@@ -219,7 +219,7 @@ def _run(
         # the pragma got past the source detector (macros, _Pragma): the object still calls
         # the OpenMP runtime
         if "openmp" not in res.techniques:
-            res.techniques = [t for t in ("openmp", *res.techniques)]
+            res.techniques = ["openmp", *res.techniques]
         raise Violation(
             "uses technique(s) forbidden at this stage: openmp "
             f"(the object calls {', '.join(build.openmp[:3])})"
@@ -230,18 +230,19 @@ def _run(
         return
     _execute(build, req.problem, settings, res, budget)
     if res.status == "ok":
-        res.roof_gflops = roof or settings.roof_gflops or _roof(settings, res, cache_dir)
+        res.roof_gflops = roof or settings.roof_gflops or _roof(
+            settings, req.problem, res.threads, cache_dir
+        )
 
 
-def _roof(settings: BenchSettings, res: BenchResult, cache_dir: str | None) -> float | None:
-    m, n, k = res.size
-    shape = str(m) if m == n == k else f"{m}x{n}x{k}"
-    found = load_roof(res.threads, shape)
+def _roof(
+    settings: BenchSettings, problem: Problem, threads: int, cache_dir: str | None
+) -> float | None:
+    found = load_roof(threads, problem.shape)
     if found is None and settings.auto_calibrate:
         from hargo_hpc.bench.calibrate import measure_roof
 
-        found = measure_roof(settings, Problem(M=m, N=n, K=k, check=tuple(res.check_size)),
-                             cache_dir=cache_dir)  # fmt: skip
+        found = measure_roof(settings, problem, cache_dir=cache_dir)
     return found
 
 

@@ -197,7 +197,6 @@ def run_sandboxed(
 
     _become_subreaper()
     start = time.monotonic()
-    timed_out = False
     try:
         proc = subprocess.Popen(
             list(argv),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from hargo_hpc.bench.techniques import COMMENTS, STRINGS, strip_comments, translation_phases
+from hargo_hpc.bench.techniques import COMMENTS, STRINGS, translation_phases
 
 KERNEL = "gemm"
 SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -36,10 +36,17 @@ INCLUDE = re.compile(r"^\s*#\s*(include|include_next|import|embed)\b\s*(.*)$", r
 DEFINITION = re.compile(r"\b(\w[\w\s\*]*?)\bgemm\s*\(([^;{)]*)\)\s*\{", re.DOTALL)
 EXPECTED_PARAMS = ["int", "int", "int", "const double*", "const double*", "double*"]
 QUALIFIERS = {"restrict", "__restrict", "__restrict__", "register"}
-# assembler directives that read files (or build directive names) - inside asm string literals
-ASM_DIRECTIVE = re.compile(
-    r"(?:^|[^\w$.])\.(incbin|include|file|macro|irpc?|rept|altmacro|purgem)\b", re.IGNORECASE
-)
+# assembler directives that read files or build directive names by macro
+ASM_FILE_DIRECTIVES = ("incbin", "include", "macro", "irpc?", "rept", "altmacro", "purgem")
+
+
+def asm_directive_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """`.name` as a whole assembler directive, for any of `names` (regex alternatives)."""
+    return re.compile(rf"(?:^|[^\w$.])\.({'|'.join(names)})\b", re.IGNORECASE)
+
+
+# in the source's string literals (asm statements) `.file` too: the compiler writes its own
+ASM_DIRECTIVE = asm_directive_pattern((*ASM_FILE_DIRECTIVES, "file"))
 ADJACENT_STRINGS = re.compile(r'"\s*(?:L|u8|u|U)?"')
 CTOR_TYPES = {"INIT_ARRAY": ".init_array", "FINI_ARRAY": ".fini_array",
               "PREINIT_ARRAY": ".preinit_array"}  # fmt: skip
@@ -66,7 +73,7 @@ ALLOWED_UNDEFINED = LIBM | {
     "sleep", "usleep", "nanosleep",
     "_GLOBAL_OFFSET_TABLE_", "__cpu_model", "__cpu_indicator_init",
 }  # fmt: skip
-ALLOWED_PREFIXES = ("omp_", "GOMP_", "__kmpc_")
+ALLOWED_PREFIXES = OPENMP_RUNTIME
 BLAS = re.compile(r"cblas|dgemm|sgemm|openblas|^mkl_|^bli_|^blas", re.IGNORECASE)
 
 
@@ -76,17 +83,13 @@ class Violation(Exception):
 
 def check_source(code: str, language: str = "c") -> None:
     """Raise Violation when `code` breaks the kernel contract before compiling."""
-    try:
-        code.encode("utf-8")
-    except UnicodeEncodeError:
-        raise Violation("the code is not valid UTF-8 text") from None
     if "\0" in code:
         raise Violation("the code contains a NUL character")
     phased = translation_phases(code)  # trigraphs, line splices, digraphs, _Pragma
-    src = strip_comments(code)
+    no_comments = COMMENTS.sub(" ", phased)
+    src = STRINGS.sub('""', no_comments)  # = techniques.strip_comments(code)
     if language != "c" or CPP_MARKERS.search(src):
         raise Violation("the code is C++, not C")
-    no_comments = COMMENTS.sub(" ", phased)
     literals = " ".join(STRINGS.findall(ADJACENT_STRINGS.sub("", no_comments)))
     asm = ASM_DIRECTIVE.search(literals.replace("\\n", "\n").replace("\\t", " "))
     if asm:
