@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hargo_hpc.handoff.errors import describe
-from hargo_hpc.handoff.layout import parse_claim_name
+from hargo_hpc.handoff.layout import list_names, parse_claim_name
 
 
 @dataclass
@@ -62,20 +62,7 @@ class Attempts:
 
 def scan_claims(directory: Path) -> dict[str, Attempts]:
     """Attempts per request id from one listing of claims/ ({} when it does not exist)."""
-    found: dict[str, Attempts] = {}
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return found
-    except OSError as err:
-        raise describe(err, "list", directory) from None
-    for name in names:
-        parsed = parse_claim_name(name)
-        if parsed is None:
-            continue
-        rid, attempt, state = parsed
-        found.setdefault(rid, Attempts()).states.setdefault(attempt, set()).add(state)
-    return found
+    return ClaimIndex().update(directory)
 
 
 class ClaimIndex:
@@ -90,12 +77,7 @@ class ClaimIndex:
         self._attempts: dict[str, Attempts] = {}
 
     def update(self, directory: Path) -> dict[str, Attempts]:
-        try:
-            current = {name for name in os.listdir(directory) if not name.startswith(".")}
-        except FileNotFoundError:
-            current = set()
-        except OSError as err:
-            raise describe(err, "list", directory) from None
+        current = set(list_names(directory))
         if self._names - current:
             self._names, self._attempts = set(), {}
         for name in current - self._names:

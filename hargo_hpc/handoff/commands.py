@@ -10,9 +10,11 @@ import importlib
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.handoff import retention, schema
@@ -130,27 +132,20 @@ def worker(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     settings, bench = _settings(job)
-    updates: dict[str, Any] = {}
-    if lease is not None:
-        updates["lease_s"] = lease
-    if max_attempts is not None:
-        updates["max_attempts"] = max_attempts
-    if fsync is not None:
-        updates["fsync"] = fsync
-    settings = settings.model_copy(update=updates)
-    idle = settings.worker_max_idle_s if max_idle is None else max_idle
-    if idle <= settings.lease_s:
-        raise UsageFailure(
-            f"--max-idle ({idle:g} s) must be longer than the lease ({settings.lease_s:g} s): "
-            "a worker must outlive a lease to take over a dead worker's claim"
-        )
+    options = {"lease_s": lease, "max_attempts": max_attempts, "fsync": fsync,
+               "worker_max_idle_s": max_idle}  # fmt: skip
+    updates = {key: value for key, value in options.items() if value is not None}
+    try:  # validated again: e.g. --max-idle must outlive the lease
+        settings = HandoffSettings.model_validate({**settings.model_dump(), **updates})
+    except ValidationError as err:
+        raise UsageFailure(schema.first_error(err, "--max-idle/--lease")) from None
     cache_dir = (bench.cache_dir or None) if bench is not None else None
     run = _load_workload(workload) if workload else _call(bench_workload, bench, cache_dir)
     try:
         reason = Worker(
             directory, run, settings=settings,
             threads=threads or settings.worker_threads,
-            max_idle_s=max_idle, max_requests=max_requests, worker_id=worker_id,
+            max_requests=max_requests, worker_id=worker_id,
         ).run()
     except HandoffError as err:
         raise UsageFailure(str(err)) from None
@@ -183,8 +178,6 @@ def _load_workload(spec: str) -> Any:
 
 
 def _require_dir(directory: str) -> None:
-    from pathlib import Path
-
     if not Path(directory).is_dir():
         raise UsageFailure(f"handoff directory {directory} does not exist")
 

@@ -150,14 +150,18 @@ class Layout:
         return self.claims(step) / claim_name(rid, attempt, state)
 
     def step_numbers(self) -> list[int]:
-        """Every step present, ascending; [] when there is no steps/ yet.
-
-        HandoffError (one line) for any other error (ESTALE, EIO, EACCES).
-        """
-        try:
-            names = os.listdir(self.steps)
-        except FileNotFoundError:
-            return []
-        except OSError as err:
-            raise describe(err, "list", self.steps) from None
+        """Every step present, ascending; [] when there is no steps/ yet."""
+        names = list_names(self.steps)
         return sorted(n for n in map(parse_step_name, names) if n is not None)
+
+
+def list_names(directory: Path, *, hidden: bool = False) -> list[str]:
+    """The names in `directory` ([] when it does not exist); temp and hidden names only with
+    `hidden`. HandoffError (one line) for any other error (ESTALE, EIO, EACCES)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise describe(err, "list", directory) from None
+    return names if hidden else [name for name in names if not is_temp(name)]

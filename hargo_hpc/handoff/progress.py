@@ -44,27 +44,25 @@ class StepProgress:
         return f"{done}/{total} done, {running} running, {queued} queued, {failed} failed"
 
     def update(self, done: int, running: int, queued: int, failed: int) -> None:
-        if not self.enabled:
-            return
-        text = self.line(done, running, queued, failed, self.total)
-        if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=done, counts=text)
-            return
-        now = time.monotonic()
-        if now - self._last_plain >= self.plain_every_s and text != self._last_line:
-            self._emit(text)
-            self._last_plain = now
+        self._show(done, running, queued, failed, final=False)
 
     def close(self, done: int, running: int, queued: int, failed: int) -> None:
+        self._show(done, running, queued, failed, final=True)
+
+    def _show(self, done: int, running: int, queued: int, failed: int, *, final: bool) -> None:
+        """The bar on a terminal; else a plain line every `plain_every_s` and the last one."""
         if not self.enabled:
             return
         text = self.line(done, running, queued, failed, self.total)
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=done, counts=text)
-            self._bar.stop()
+            if final:
+                self._bar.stop()
             return
-        if text != self._last_line:
+        now = time.monotonic()
+        if text != self._last_line and (final or now - self._last_plain >= self.plain_every_s):
             self._emit(text)
+            self._last_plain = now
 
     def _emit(self, text: str) -> None:
         self._last_line = text

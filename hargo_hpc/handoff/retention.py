@@ -19,7 +19,7 @@ from hargo_hpc.handoff import schema
 from hargo_hpc.handoff.atomic import describe, read_json, write_atomic
 from hargo_hpc.handoff.claims import scan_claims
 from hargo_hpc.handoff.errors import HandoffError, SchemaError
-from hargo_hpc.handoff.layout import TEMP_PREFIX, Layout, parse_result_name
+from hargo_hpc.handoff.layout import TEMP_PREFIX, Layout, list_names, parse_result_name
 
 PRUNING_PREFIX = ".pruning-"
 TEMP_MAX_AGE_S = 3600.0  # temp files younger than this may belong to a live writer
@@ -49,7 +49,7 @@ def compact(root: str | Path, step: int, *, fsync: bool = True) -> Compaction:
     results_dir = layout.results(step)
     found: dict[str, schema.Result] = {}
     skipped = 0
-    for name in sorted(_names(results_dir)):
+    for name in sorted(list_names(results_dir)):
         rid = parse_result_name(name)
         if rid is None:
             continue
@@ -62,15 +62,13 @@ def compact(root: str | Path, step: int, *, fsync: bool = True) -> Compaction:
             skipped += 1
             continue
         found.setdefault(result.request_id, result)
-    duplicates = sum(1 for n in _names(layout.duplicates(step)) if not n.startswith("."))
+    duplicates = len(list_names(layout.duplicates(step)))
     failed = sum(
         1 for a in scan_claims(layout.claims(step)).values() for n in a.states
         if a.state(n) == "failed"
     )
     existing = _load_compacted(layout, step)
-    leftovers = any(sub.exists() for sub in (results_dir, layout.claims(step),
-                                             layout.duplicates(step)))
-    if existing is not None and not leftovers:
+    if existing is not None and not _has_leftovers(layout, step):
         return Compaction(step, len(existing.results), existing.duplicates,
                           existing.failed_attempts, 0)
     merged = {r.request_id: r for r in existing.results} if existing is not None else {}
@@ -91,6 +89,12 @@ def compact(root: str | Path, step: int, *, fsync: bool = True) -> Compaction:
     return Compaction(step, len(merged), duplicates, failed, skipped)
 
 
+def _has_leftovers(layout: Layout, step: int) -> bool:
+    """Whether the step still has per-request files that compaction removes."""
+    return any(sub.exists() for sub in (layout.results(step), layout.claims(step),
+                                        layout.duplicates(step)))
+
+
 def _load_compacted(layout: Layout, step: int) -> schema.Compacted | None:
     path = layout.compacted(step)
     try:
@@ -106,7 +110,7 @@ def _sweep_temps(directory: Path, older_than_s: float = TEMP_MAX_AGE_S) -> int:
     """Remove temp files (`.tmp-*`) left by killed writers; young ones may still be in use."""
     removed = 0
     now = time.time()
-    for name in _names(directory):
+    for name in list_names(directory, hidden=True):
         if not name.startswith(TEMP_PREFIX):
             continue
         path = directory / name
@@ -124,10 +128,7 @@ def compact_closed(root: str | Path, *, fsync: bool = True) -> list[Compaction]:
     layout = Layout(root)
     done = []
     for step in layout.step_numbers():
-        if layout.closed(step).exists() and (
-            layout.results(step).exists() or layout.claims(step).exists()
-            or layout.duplicates(step).exists()
-        ):
+        if layout.closed(step).exists() and _has_leftovers(layout, step):
             done.append(compact(root, step, fsync=fsync))
     return done
 
@@ -163,19 +164,10 @@ def prune(root: str | Path, keep: int, *, dry_run: bool = False) -> tuple[list[i
 def _sweep_aside(layout: Layout) -> None:
     """Finish the removal of step directories a killed prune left renamed aside, and remove
     old temp files of steps/."""
-    for name in _names(layout.steps):
+    for name in list_names(layout.steps, hidden=True):
         if name.startswith(PRUNING_PREFIX):
             _remove_tree(layout.steps / name)
     _sweep_temps(layout.steps)
-
-
-def _names(directory: Path) -> list[str]:
-    try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as err:
-        raise describe(err, "list", directory) from None
 
 
 def _remove_tree(path: Path) -> None:

@@ -8,18 +8,16 @@ documentation in docs/handoff.md is generated from the same models).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hargo_hpc.bench.reward import STATUSES
 from hargo_hpc.handoff.errors import SchemaError
 from hargo_hpc.handoff.layout import valid_request_id
 
 VERSION = 1
-STATUSES = (
-    "ok", "format_violation", "compile_error", "timeout", "runtime_error", "wrong_result",
-    "infra_error",
-)
 
 
 class _File(BaseModel):
@@ -182,9 +180,29 @@ def parse(model: type[T], obj: dict[str, Any], source: object) -> T:
     try:
         return model.model_validate(obj)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise SchemaError(f"{source}: {kind}: {where}: {first['msg']}") from None
+        raise SchemaError(f"{source}: {kind}: {first_error(err)}") from None
+
+
+def first_error(err: ValidationError, top: str = "top level") -> str:
+    """`field.path: message` of the first validation error (one line)."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or top
+    return f"{where}: {first['msg']}"
+
+
+def result_envelope(
+    step: int, rid: str, attempt: int, worker_id: str, record: dict[str, Any]
+) -> dict[str, Any]:
+    """The plain data of a `Result` file (built without validation: on the hot path)."""
+    return {
+        "kind": "result", "version": VERSION, "step": step, "request_id": rid,
+        "attempt": attempt, "worker_id": worker_id, "written_at": time.time(), "record": record,
+    }
+
+
+def infra_record(rid: str, error: str) -> dict[str, Any]:
+    """The record of a request that failed for infrastructure reasons (never scored)."""
+    return {"request_id": rid, "status": "infra_error", "reward": None, "error": error}
 
 
 def dump(item: BaseModel) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from hargo_hpc.handoff import schema
 from hargo_hpc.handoff.atomic import read_json
 from hargo_hpc.handoff.claims import scan_claims
 from hargo_hpc.handoff.errors import HandoffError, SchemaError
-from hargo_hpc.handoff.layout import Layout, parse_result_name
+from hargo_hpc.handoff.layout import Layout, list_names, parse_result_name
 
 
 @dataclass
@@ -89,7 +89,7 @@ def _step(layout: Layout, step: int, now: float) -> StepStatus:
         return StepStatus(step, total, 0, 0, len(compacted.results), failed,
                           compacted.duplicates, "compacted")
     results: dict[str, str] = {}
-    for name in _names(layout.results(step)):
+    for name in list_names(layout.results(step)):
         rid = parse_result_name(name)
         if rid is None:
             continue
@@ -101,7 +101,7 @@ def _step(layout: Layout, step: int, now: float) -> StepStatus:
     claims = scan_claims(layout.claims(step))
     pending = [rid for rid in ids if rid not in results]
     claimed = sum(1 for rid in pending if rid in claims and claims[rid].held)
-    duplicates = sum(1 for n in _names(layout.duplicates(step)) if not n.startswith("."))
+    duplicates = len(list_names(layout.duplicates(step)))
     state = "closed" if layout.closed(step).exists() else "open"
     item = StepStatus(
         step, len(ids), len(pending) - claimed, claimed,
@@ -116,8 +116,8 @@ def _step(layout: Layout, step: int, now: float) -> StepStatus:
 
 def _workers(layout: Layout, now: float, skipped: list[str]) -> list[WorkerStatus]:
     found = []
-    for name in sorted(_names(layout.workers)):
-        if name.startswith(".") or not name.endswith(".json"):
+    for name in sorted(list_names(layout.workers)):
+        if not name.endswith(".json"):
             continue
         path = layout.workers / name
         try:
@@ -134,13 +134,6 @@ def _workers(layout: Layout, now: float, skipped: list[str]) -> list[WorkerStatu
             beat.counts, beat.exit_reason,
         ))
     return found
-
-
-def _names(directory: Path) -> list[str]:
-    try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
 
 
 def render(status: HandoffStatus, *, all_workers: bool = False) -> str:

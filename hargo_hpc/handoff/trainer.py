@@ -28,9 +28,9 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from hargo_hpc.handoff import schema
-from hargo_hpc.handoff.atomic import create_exclusive, describe, read_json, write_atomic
+from hargo_hpc.handoff.atomic import create_exclusive, read_json, write_atomic
 from hargo_hpc.handoff.claims import scan_claims
-from hargo_hpc.handoff.errors import HandoffError, SchemaError
+from hargo_hpc.handoff.errors import HandoffError, SchemaError, describe
 from hargo_hpc.handoff.layout import Layout, parse_result_name
 from hargo_hpc.handoff.progress import StepProgress
 from hargo_hpc.handoff.settings import HandoffSettings
@@ -115,9 +115,8 @@ class Trainer:
         try:
             return schema.Request.model_validate(request)
         except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "request"
-            raise ValueError(f"step {step}: request #{index}: {where}: {first['msg']}") from None
+            where = schema.first_error(err, "request")
+            raise ValueError(f"step {step}: request #{index}: {where}") from None
 
     def requests(self, step: int) -> list[dict[str, Any]]:
         """The stored batch of `step` (HandoffError when the step was never submitted)."""
@@ -341,14 +340,10 @@ class Trainer:
         won, otherwise whatever won (read back). When neither is possible (full disk, an
         unreadable winner that was just moved aside) the id stays pending for the next poll.
         """
-        record = {
-            "request_id": rid, "status": "infra_error", "reward": None,
-            "error": f"no result within {timeout:g} s (straggler); dropped from the loss",
-        }
-        envelope = {
-            "kind": "result", "version": schema.VERSION, "step": step, "request_id": rid,
-            "attempt": 0, "worker_id": TRAINER_ID, "written_at": time.time(), "record": record,
-        }
+        record = schema.infra_record(
+            rid, f"no result within {timeout:g} s (straggler); dropped from the loss"
+        )
+        envelope = schema.result_envelope(step, rid, 0, TRAINER_ID, record)
         cache = self._results.setdefault(step, {})
         try:
             if create_exclusive(self.layout.result(step, rid), envelope,

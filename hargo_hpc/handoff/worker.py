@@ -44,7 +44,7 @@ from hargo_hpc.handoff.atomic import (
 )
 from hargo_hpc.handoff.claims import Attempts, ClaimIndex, LeaseObserver
 from hargo_hpc.handoff.errors import HandoffError, SchemaError
-from hargo_hpc.handoff.layout import Layout
+from hargo_hpc.handoff.layout import Layout, list_names, parse_result_name
 from hargo_hpc.handoff.settings import HandoffSettings
 
 log = logging.getLogger("hargo_hpc.handoff.worker")
@@ -345,7 +345,7 @@ class Worker:
                 self._fail_attempt(held, why)
                 return
             if record is None:
-                record = _infra_record(
+                record = schema.infra_record(
                     held.rid, f"attempt {held.attempt}, failure {held.failures + 1} of "
                     f"{self.max_attempts}: {error}"
                 )
@@ -364,9 +364,7 @@ class Worker:
         try:
             parsed = schema.Record.model_validate(record)
         except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "record"
-            return f"workload returned a bad record: {where}: {first['msg']}"
+            return f"workload returned a bad record: {schema.first_error(err, 'record')}"
         if parsed.request_id != held.rid:
             return f"workload returned the record of {parsed.request_id!r}"
         try:
@@ -385,11 +383,8 @@ class Worker:
         log.warning("%s: %s attempt %d failed: %s", self.worker_id, held.rid, held.attempt, error)
 
     def _write_result(self, held: Held, record: dict[str, Any]) -> None:
-        envelope = {
-            "kind": "result", "version": schema.VERSION, "step": held.step,
-            "request_id": held.rid, "attempt": held.attempt, "worker_id": self.worker_id,
-            "written_at": time.time(), "record": record,
-        }
+        envelope = schema.result_envelope(held.step, held.rid, held.attempt, self.worker_id,
+                                          record)
         target = self.layout.result(held.step, held.rid)
         if create_exclusive(target, envelope, fsync=self.fsync):
             self._count("results")
@@ -509,14 +504,8 @@ class Worker:
     def _scan(self, view: StepView) -> None:
         now = view.last_scan = time.monotonic()
         self._count("scans")
-        results = self.layout.results(view.step)
-        try:
-            names = os.listdir(results)
-        except FileNotFoundError:
-            names = []
-        except OSError as err:
-            raise describe(err, "list", results) from None
-        done = {name[:-5] for name in names if name.endswith(".json") and name[0] != "."}
+        names = list_names(self.layout.results(view.step))
+        done = {rid for rid in map(parse_result_name, names) if rid is not None}
         attempts = view.claims.update(self.layout.claims(view.step))
         fresh, retry = [], []
         watching: dict[Path, float] = {}
@@ -541,7 +530,7 @@ class Worker:
         view.queue = fresh + retry  # popped from the end: retries first, they are the oldest
         view.attempts = attempts
         view.watching = watching
-        view.complete = sum(1 for rid in view.requests if rid in done) == len(view.requests)
+        view.complete = view.requests.keys() <= done
         if view.queue:
             view.idle_delay = self.poll_s
         else:  # nothing to claim: back off, up to IDLE_SCAN_MAX_S (lease/4 while watching)
@@ -609,7 +598,7 @@ class Worker:
         log.warning("%s: %s gave up after %d failed attempts", self.worker_id, held.rid,
                     held.failures)
         errors = self._attempt_errors(held)
-        record = _infra_record(
+        record = schema.infra_record(
             held.rid, f"gave up after {held.failures} failed attempts (max_attempts "
             f"{self.max_attempts}): {'; '.join(errors) or 'leases expired'}"
         )
@@ -702,6 +691,3 @@ class Worker:
             self._count("errors")
             log.error("%s: heartbeat: %s", self.worker_id, err)
 
-
-def _infra_record(rid: str, error: str) -> dict[str, Any]:
-    return {"request_id": rid, "status": "infra_error", "reward": None, "error": error}

@@ -432,7 +432,7 @@ def test_idle_must_outlive_the_lease() -> None:
         HandoffSettings(lease_s=60, worker_max_idle_s=30)
     result = CliRunner().invoke(worker_command, ["--handoff", ".", "--max-idle", "5",
                                                  "--workload", "os:getcwd"])
-    assert result.exit_code == 2 and "must be longer than the lease" in result.output
+    assert result.exit_code == 2 and "must be longer than lease_s" in result.output
 
 
 def test_short_lived_worker_stays_to_take_over_a_dead_claim(root: Path) -> None:
