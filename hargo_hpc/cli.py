@@ -6,8 +6,6 @@ registered here; this module holds no logic of its own.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from hargo_hpc import __version__
@@ -70,11 +68,3 @@ main.add_command(bench)
 main.add_command(handoff)
 main.add_command(worker)
 
-
-def run() -> None:
-    """Entry point for `python -m hargo_hpc`."""
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    run()

@@ -146,7 +146,10 @@ class JobResources(_Section):
     gpus_per_node: int = Field(0, ge=0)
     cpus_per_task: int = Field(1, ge=1)
     mem: str = Field("4G", pattern=r"^\d+[KMGT]?$")
-    time: str = Field("01:00:00", min_length=1)
+    time: str = Field(
+        "01:00:00", pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
+        description="Slurm time limit: [D-]HH:MM:SS, MM:SS or MM",
+    )
     array_parallelism: int = Field(0, ge=0, description="0 = no limit")
     account: str = ""
     qos: str = ""

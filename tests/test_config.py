@@ -87,6 +87,7 @@ def test_parse_value() -> None:
         ("[algorithm]\nname = 'ppo'\n", [], "algorithm.name: bad value 'ppo': Input should be"),
         ("[[data.tasks]]\nweight = 1\n", [], "data.tasks.0.name: missing (required)"),
         ("[data]\ntasks = []\n", [], "data: bad value"),
+        ("[slurm.bench]\ntime = '1 hour'\n", [], "slurm.bench.time: bad value '1 hour'"),
         ("", ["training.lrr=1"], "override training.lrr: unknown key 'lrr' in training"),
         ("", ["nosection.x=1"], "override nosection.x: unknown key 'nosection' in top level"),
         ("", ["training.lr"], "override 'training.lr' is not of the form section.key=value"),

@@ -1,4 +1,4 @@
-"""Submitting and watching batch jobs with the Slurm commands (`sbatch`, `sacct`, `scancel`)."""
+"""Submitting and watching batch jobs with the Slurm commands (`sbatch`, `sacct`)."""
 
 from __future__ import annotations
 
@@ -77,10 +77,6 @@ def wait_finished(job_id: str, count: int, timeout: float = 300) -> dict[str, st
         if time.monotonic() > end:
             raise SlurmError(f"job {job_id}: not finished after {timeout:.0f}s: {states}")
         time.sleep(0.5)
-
-
-def scancel(job_id: str) -> None:
-    _run(["scancel", job_id])
 
 
 def write_script(text: str, path: str | os.PathLike[str]) -> Path:

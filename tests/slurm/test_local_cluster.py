@@ -4,7 +4,6 @@ submitit jobs on the `cpu` and `gpu` partitions, states read back through `sacct
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 from hargo_hpc.config import JobResources
 from hargo_hpc.slurm import make_executor, render_script
-from hargo_hpc.slurm.jobs import SlurmError, wait_finished
+from hargo_hpc.slurm.jobs import SlurmError, sbatch, wait_finished, write_script
 
 pytestmark = pytest.mark.slurm
 # The jobs run this module's functions; tests/ is not importable there, so send them by value.
@@ -42,12 +41,7 @@ def test_sbatch_array_from_template(slurm_cluster: dict[str, str], tmp_path: Pat
     )
     assert "#SBATCH --array=0-3%2" in script
     assert "#SBATCH --partition=cpu" in script
-    path = tmp_path / "job.sh"
-    path.write_text(script)
-    done = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True,
-                          cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    job_id = done.stdout.strip().split(";")[0]
+    job_id = sbatch(write_script(script, tmp_path / "job.sh"))
     states = wait_for_sacct(job_id, count=4)
     assert {states[f"{job_id}_{i}"] for i in range(4)} == {"COMPLETED"}, states
     for i in range(4):
@@ -58,10 +52,7 @@ def test_sbatch_failure_is_reported_by_sacct(slurm_cluster: dict[str, str], tmp_
     script = render_script("base.sh.j2", job_name="hargo-fail-test",
                            resources=JobResources(time="00:05:00"), command="exit 3",
                            log_dir=tmp_path)
-    path = tmp_path / "fail.sh"
-    path.write_text(script)
-    job_id = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    job_id = sbatch(write_script(script, tmp_path / "fail.sh"))
     assert wait_for_sacct(job_id, count=1)[job_id] == "FAILED"
 
 
