@@ -11,7 +11,6 @@ This module must not import torch: the login node only parses configs.
 from __future__ import annotations
 
 import os
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -19,12 +18,15 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hargo_hpc.algorithms.hargo_params import HargoParams
+from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
+from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.techniques import TECHNIQUES
+from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
 
-ALGORITHM_NAMES = (
-    "grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "gpg", "dpo", "sft", "hargo",
-)
+ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
 TASK_NAMES = ("data_race_c", "data_race_fortran", "mlperf_qa", "plp_qa", "gemm")
 RESOLVED_NAME = "config.toml"
 
@@ -71,36 +73,23 @@ class DataSection(_Section):
         return self
 
 
-class HargoSection(_Section):
-    """HARGO's hyperparameters (docs/algorithms.md); mirrors `algorithms.hargo.HargoParams`."""
-
-    discrimination: bool = Field(True, description="ablation switch: group reward contrast")
-    confidence: bool = Field(True, description="ablation switch: reference-model confidence")
-    estimator: str = Field("grpo", description="base advantage estimator")
-    discrimination_power: float = Field(0.5, ge=0)
-    confidence_scale: float = Field(1.0, ge=0)
-    max_weight: float = Field(9.0, ge=1, allow_inf_nan=False)
-    contrast_momentum: float = Field(0.0, ge=0, lt=1)
-    eps: float = Field(1e-6, gt=0)
-
-
 class AlgorithmSection(_Section):
     """`name` picks a method preset; every other field left unset keeps the preset's value."""
 
     name: Literal[ALGORITHM_NAMES] = "grpo"  # type: ignore[valid-type]
-    estimator: str | None = None
-    agg: str | None = None
-    ratio_level: Literal["token", "sequence"] | None = None
+    estimator: Literal[ESTIMATOR_NAMES] | None = None  # type: ignore[valid-type]
+    agg: Literal[AGG_MODES] | None = None  # type: ignore[valid-type]
+    ratio_level: Literal[RATIO_LEVELS] | None = None  # type: ignore[valid-type]
     clip_low: float | None = Field(None, ge=0)
     clip_high: float | None = Field(None, ge=0)
     dual_clip: float | None = Field(None, gt=1)
     kl_coef: float | None = Field(None, ge=0)
-    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    kl_estimator: Literal[KL_ESTIMATORS] | None = None  # type: ignore[valid-type]
     dynamic_sampling: bool | None = None
     overlong_buffer: int | None = Field(None, ge=0)
     overlong_penalty: float | None = Field(None, ge=0)
     dpo_beta: float = Field(0.1, gt=0)
-    hargo: HargoSection = Field(default_factory=HargoSection)
+    hargo: HargoParams = Field(default_factory=HargoParams)
 
 
 class RolloutSection(_Section):
@@ -134,8 +123,9 @@ class RewardsSection(_Section):
 
 class SqdSection(_Section):
     enabled: bool = False
-    techniques: list[str] = Field(
-        default_factory=lambda: ["openmp", "simd", "blocking", "unrolling"]
+    techniques: list[Literal[TECHNIQUES]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(TECHNIQUES),
+        description="techniques SQD permits or forbids (names of bench.techniques.TECHNIQUES)",
     )
 
 
@@ -185,6 +175,10 @@ class ExperimentConfig(_Section):
     def run_dir(self) -> Path:
         """The directory of this run: `<run.dir>/<run.name>`."""
         return Path(self.run.dir) / self.run.name
+
+    def handoff_dir(self) -> Path:
+        """Where trainer and bench workers meet: `handoff.dir`, or `<run dir>/handoff`."""
+        return Path(self.handoff.dir) if self.handoff.dir else self.run_dir() / "handoff"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, with unset optional fields (None) left out, as TOML needs."""
@@ -339,14 +333,5 @@ def save_resolved(config: ExperimentConfig, run_dir: str | os.PathLike[str] | No
     directory = Path(run_dir) if run_dir is not None else config.run_dir()
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / RESOLVED_NAME
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{RESOLVED_NAME}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(config.to_toml())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, config.to_toml())
     return target

@@ -1,9 +1,19 @@
-"""Shared fixtures: offline Hugging Face, the repository root, the local Slurm cluster."""
+"""Shared fixtures: offline Hugging Face, a private home and cache, the repository root, the
+local Slurm cluster.
+
+Before any test module (or hargo_hpc) is imported, the suite points `HOME`, the XDG
+directories and `HARGO_ROOF_FILE` into one temporary directory, removed at the end: nothing a
+test runs (the bench, the handoff, the demo, Slurm jobs, which inherit the environment) can
+write into the user's home, and no roof or cache from an earlier run can govern this one. At
+the end the session fails if the user's real `~/.cache/hargo-hpc` changed anyway.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +21,50 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+REAL_HOME = Path(os.environ.get("HOME") or os.path.expanduser("~"))
+SESSION_TMP = Path(tempfile.mkdtemp(prefix="hargo-tests-"))
+os.chmod(SESSION_TMP, 0o755)  # the bench's sandbox user traverses it
+ISOLATED = {
+    "HOME": SESSION_TMP / "home",
+    "XDG_CACHE_HOME": SESSION_TMP / "cache",
+    "XDG_CONFIG_HOME": SESSION_TMP / "config",
+    "XDG_DATA_HOME": SESSION_TMP / "data",
+    "HARGO_ROOF_FILE": SESSION_TMP / "roof" / "roof.json",
+}
+for _name, _path in ISOLATED.items():
+    (_path if _name != "HARGO_ROOF_FILE" else _path.parent).mkdir(parents=True, exist_ok=True)
+    os.environ[_name] = str(_path)
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file below `directory` (empty when it does not exist)."""
+    found = {}
+    for path in directory.rglob("*") if directory.is_dir() else ():
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        found[str(path)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+REAL_CACHE = REAL_HOME / ".cache" / "hargo-hpc"
+_REAL_CACHE_BEFORE = _snapshot(REAL_CACHE)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    problems = []
+    if _snapshot(REAL_CACHE) != _REAL_CACHE_BEFORE:
+        problems.append(f"the suite wrote into {REAL_CACHE}")
+    in_home = sorted(p.name for p in ISOLATED["HOME"].iterdir())
+    if in_home:
+        problems.append(f"the suite wrote into its home directory: {', '.join(in_home[:5])}")
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    for problem in problems:  # tests leave the user's home alone
+        session.config.get_terminal_writer().line(f"error: {problem}", red=True)
+    if problems:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"

@@ -58,5 +58,11 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
 def test_validate_checks_the_algorithm_preset() -> None:
     done = hargo("config", "validate", "jobs/demo.toml", "algorithm.estimator=magic")
     assert done.returncode == 2
-    assert done.stderr.startswith("error: jobs/demo.toml: algorithm.estimator: unknown value")
+    assert done.stderr.startswith("error: jobs/demo.toml: algorithm.estimator: bad value 'magic'")
+    assert len(done.stderr.strip().splitlines()) == 1
+    # what only the preset can tell: HARGO's base estimator and the method's must agree
+    done = hargo("config", "validate", "jobs/demo.toml", "algorithm.name=hargo",
+                 "algorithm.estimator=rloo")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: jobs/demo.toml: algorithm.estimator 'rloo' and algo")
     assert len(done.stderr.strip().splitlines()) == 1

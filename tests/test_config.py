@@ -44,6 +44,12 @@ def test_empty_file_gives_all_defaults(tmp_path: Path) -> None:
     assert cfg.bench.penalties.compile_error == -40
     assert cfg.slurm.train.partition == "gpu" and cfg.slurm.train.gpus_per_node == 1
     assert cfg.run_dir() == Path("runs/experiment")
+    assert cfg.handoff_dir() == Path("runs/experiment/handoff")
+    shared = load_config(write(tmp_path, ""), ["handoff.dir=/scratch/x/handoff", "run.name=b"])
+    assert shared.handoff_dir() == Path("/scratch/x/handoff")
+    assert cfg.sqd.techniques == ["openmp", "simd", "blocking", "unrolling"]
+    with pytest.raises(ConfigError, match=r"sqd.techniques.1: bad value 'magic'"):
+        load_config(write(tmp_path, ""), ["sqd.techniques=['simd', 'magic']"])
 
 
 def test_overrides_are_typed_and_applied(tmp_path: Path) -> None:
@@ -141,13 +147,14 @@ def test_validate_config_from_data() -> None:
         validate_config({"rollout": {"num_generations": 0}})
 
 
-def test_hargo_section_mirrors_the_algorithm_params() -> None:
-    """The typed config section and the algorithms' HargoParams agree on names and defaults."""
-    from hargo_hpc.algorithms.hargo import HargoParams
+def test_hargo_section_is_the_algorithm_params() -> None:
+    """The config composes the algorithms' HargoParams (declared once) as algorithm.hargo."""
+    from hargo_hpc.algorithms.hargo_params import HargoParams
     from hargo_hpc.algorithms.presets import resolve_algorithm
-    from hargo_hpc.config import HargoSection
+    from hargo_hpc.config import AlgorithmSection
 
-    assert HargoSection().model_dump() == HargoParams().to_dict()
+    assert AlgorithmSection.model_fields["hargo"].annotation is HargoParams
+    assert validate_config({}).algorithm.hargo == HargoParams()
     cfg = validate_config({"algorithm": {"name": "hargo", "hargo": {"confidence": False}}})
     resolved = resolve_algorithm(cfg.algorithm)
     assert resolved.hargo == HargoParams(confidence=False)

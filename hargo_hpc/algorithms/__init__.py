@@ -3,48 +3,31 @@ losses with KL and aggregation, DAPO helpers, DPO/SFT, HARGO weights, and method
 
 Shapes: [B] per response, [B, T] per token with `mask` marking completion tokens; groups are
 given explicitly by `group_index` [B]. No I/O, no models. Formulas: docs/algorithms.md.
+The names below are imported on first use: `names`, `hargo_params` and `presets` need no torch.
 """
 
-from hargo_hpc.algorithms.advantages import ESTIMATORS, compute_advantages
-from hargo_hpc.algorithms.dapo import dynamic_sampling_filter, overlong_penalty
-from hargo_hpc.algorithms.hargo import (
-    HARGO_DEFAULTS,
-    HargoParams,
-    HargoSignals,
-    hargo_signals,
-    hargo_weights,
-)
-from hargo_hpc.algorithms.losses import (
-    AGG_MODES,
-    KL_ESTIMATORS,
-    aggregate,
-    kl_penalized_rewards,
-    kl_penalty,
-    policy_loss,
-)
-from hargo_hpc.algorithms.preference import dpo_loss, dpo_pairs, sft_loss
-from hargo_hpc.algorithms.presets import PRESETS, ResolvedAlgorithm, resolve_algorithm
+from hargo_hpc._lazy import lazy_exports
 
-__all__ = [
-    "AGG_MODES",
-    "ESTIMATORS",
-    "HARGO_DEFAULTS",
-    "KL_ESTIMATORS",
-    "PRESETS",
-    "HargoParams",
-    "HargoSignals",
-    "ResolvedAlgorithm",
-    "aggregate",
-    "compute_advantages",
-    "dpo_loss",
-    "dpo_pairs",
-    "dynamic_sampling_filter",
-    "hargo_signals",
-    "hargo_weights",
-    "kl_penalized_rewards",
-    "kl_penalty",
-    "overlong_penalty",
-    "policy_loss",
-    "resolve_algorithm",
-    "sft_loss",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "ESTIMATORS": "hargo_hpc.algorithms.advantages",
+    "compute_advantages": "hargo_hpc.algorithms.advantages",
+    "dynamic_sampling_filter": "hargo_hpc.algorithms.dapo",
+    "overlong_penalty": "hargo_hpc.algorithms.dapo",
+    "HARGO_DEFAULTS": "hargo_hpc.algorithms.hargo_params",
+    "HargoParams": "hargo_hpc.algorithms.hargo_params",
+    "HargoSignals": "hargo_hpc.algorithms.hargo",
+    "hargo_signals": "hargo_hpc.algorithms.hargo",
+    "hargo_weights": "hargo_hpc.algorithms.hargo",
+    "AGG_MODES": "hargo_hpc.algorithms.names",
+    "KL_ESTIMATORS": "hargo_hpc.algorithms.names",
+    "aggregate": "hargo_hpc.algorithms.losses",
+    "kl_penalized_rewards": "hargo_hpc.algorithms.losses",
+    "kl_penalty": "hargo_hpc.algorithms.losses",
+    "policy_loss": "hargo_hpc.algorithms.losses",
+    "dpo_loss": "hargo_hpc.algorithms.preference",
+    "dpo_pairs": "hargo_hpc.algorithms.preference",
+    "sft_loss": "hargo_hpc.algorithms.preference",
+    "PRESETS": "hargo_hpc.algorithms.presets",
+    "ResolvedAlgorithm": "hargo_hpc.algorithms.presets",
+    "resolve_algorithm": "hargo_hpc.algorithms.presets",
+})

@@ -15,12 +15,17 @@ from torch import Tensor
 
 from hargo_hpc.algorithms._checks import as_group_index, as_rewards
 from hargo_hpc.algorithms.groups import Groups
+from hargo_hpc.algorithms.names import ESTIMATOR_NAMES
 
 Estimator = Callable[..., Tensor]
 ESTIMATORS: dict[str, Estimator] = {}
 
 
 def register(name: str) -> Callable[[Estimator], Estimator]:
+    """Register an estimator under `name`, one of `names.ESTIMATOR_NAMES` (what configs use)."""
+    if name not in ESTIMATOR_NAMES:
+        raise ValueError(f"estimator {name!r} is not declared in algorithms/names.py")
+
     def add(fn: Estimator) -> Estimator:
         ESTIMATORS[name] = fn
         return fn

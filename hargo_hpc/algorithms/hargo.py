@@ -21,8 +21,7 @@ Switching both signals off gives w ≡ 1, so the weighted loss is exactly GRPO's
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,85 +34,9 @@ from hargo_hpc.algorithms._checks import (
     check_batch,
     check_finite,
 )
-from hargo_hpc.algorithms.advantages import ESTIMATORS, compute_advantages
+from hargo_hpc.algorithms.advantages import compute_advantages
 from hargo_hpc.algorithms.groups import Groups
-
-# ---------------------------------------------------------------- hyperparameters
-
-
-@dataclass(frozen=True)
-class HargoParams:
-    """HARGO's hyperparameters (the `[algorithm.hargo]` table of an experiment file).
-
-    discrimination        use the discrimination signal D_g (ablation switch)
-    confidence            use the confidence signal C_i (ablation switch)
-    estimator             base advantage estimator (a name in ESTIMATORS)
-    discrimination_power  p in D_g = (σ_g / σ̄)^p; 0 = GRPO's per-group scale, 1 = batch scale
-    confidence_scale      β in C_i = exp(−β sign(A_i) u_i), u_i in nats per token
-    max_weight            W: each signal lies in [W^−¼, W^¼]; every weight in [1/W, W],
-                          and max w / min w ≤ W
-    contrast_momentum     m: σ̄ ← m σ̄_previous + (1 − m) σ̄_batch (0 = this batch only)
-    eps                   lower bound of σ̄ (the divisor of the discrimination signal)
-    """
-
-    discrimination: bool = True
-    confidence: bool = True
-    estimator: str = "grpo"
-    discrimination_power: float = 0.5
-    confidence_scale: float = 1.0
-    max_weight: float = 9.0
-    contrast_momentum: float = 0.0
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.estimator not in ESTIMATORS:
-            problems.append(
-                f"estimator {self.estimator!r} is not one of {', '.join(sorted(ESTIMATORS))}"
-            )
-        if not self.discrimination_power >= 0:
-            problems.append(f"discrimination_power must be >= 0, got {self.discrimination_power}")
-        if not self.confidence_scale >= 0:
-            problems.append(f"confidence_scale must be >= 0, got {self.confidence_scale}")
-        if not self.max_weight >= 1 or math.isinf(self.max_weight):
-            problems.append(f"max_weight must be finite and >= 1, got {self.max_weight}")
-        if not 0 <= self.contrast_momentum < 1:
-            problems.append(f"contrast_momentum must be in [0, 1), got {self.contrast_momentum}")
-        if not self.eps > 0:
-            problems.append(f"eps must be > 0, got {self.eps}")
-        if problems:
-            raise ValueError(f"algorithm.hargo: {problems[0]}")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> HargoParams:
-        """Validated params from a plain dict; a one-line ValueError names the bad key/value."""
-        valid = [f.name for f in fields(cls)]
-        for key, value in values.items():
-            if key not in valid:
-                raise ValueError(
-                    f"algorithm.hargo: unknown key {key!r} (valid: {', '.join(valid)})"
-                )
-            default = getattr(cls, key)
-            if isinstance(default, bool):
-                ok = isinstance(value, bool)
-            elif isinstance(default, float):
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            else:
-                ok = isinstance(value, str)
-            if not ok:
-                kind = type(default).__name__
-                raise ValueError(f"algorithm.hargo: {key} must be a {kind}, got {value!r}")
-        cleaned = {
-            k: float(v) if isinstance(getattr(cls, k), float) else v for k, v in values.items()
-        }
-        return cls(**cleaned)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-HARGO_DEFAULTS = HargoParams()
-
+from hargo_hpc.algorithms.hargo_params import HargoParams
 
 # ---------------------------------------------------------------- the signals
 

@@ -20,11 +20,8 @@ from hargo_hpc.algorithms._checks import (
     check_finite,
     check_same_shape,
 )
+from hargo_hpc.algorithms.names import AGG_MODES, KL_ESTIMATORS, LOSS_TYPES, RATIO_LEVELS
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-LOSS_TYPES = ("ppo", "pg")
-RATIO_LEVELS = ("token", "sequence")
 _LOG_CLAMP = 20.0  # log-ratios are clamped to ±20 before exp, so a wild token cannot overflow
 
 

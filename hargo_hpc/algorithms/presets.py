@@ -3,7 +3,8 @@ defaults as the papers (and TRL/verl) use them; every field of the config's
 `AlgorithmSection` that is set (not None) overrides the preset's value.
 
 `resolve_algorithm(section) -> ResolvedAlgorithm` is the only entry point; it needs only the
-section's attributes, so it does not import the config module.
+section's attributes, so it does not import the config module. No torch here: the config
+imports the method names (`PRESETS`) from this module on a login node.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hargo_hpc.algorithms.advantages import ESTIMATORS
-from hargo_hpc.algorithms.hargo import HargoParams
-from hargo_hpc.algorithms.losses import AGG_MODES, KL_ESTIMATORS, RATIO_LEVELS
+from hargo_hpc.algorithms.hargo_params import HargoParams
+from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
 
 LOSSES = ("ppo", "pg", "dpo", "sft")
 OVERRIDABLE = (
@@ -127,7 +127,7 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
         value = getattr(section, field, None)
         if value is not None:
             changes[field] = value
-    _check_choice("estimator", changes.get("estimator"), tuple(sorted(ESTIMATORS)))
+    _check_choice("estimator", changes.get("estimator"), ESTIMATOR_NAMES)
     _check_choice("agg", changes.get("agg"), AGG_MODES)
     _check_choice("ratio_level", changes.get("ratio_level"), RATIO_LEVELS)
     _check_choice("kl_estimator", changes.get("kl_estimator"), KL_ESTIMATORS)

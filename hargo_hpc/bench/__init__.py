@@ -4,27 +4,21 @@ verification, timing, status and reward.
     run_request(request: dict, settings, *, cache_dir=None) -> dict   # handoff contract
     run_bench(BenchRequest, settings, ...) -> BenchResult             # dataclass API
 
-Read top to bottom: extract.py, techniques.py, validate.py, sandbox.py, cache.py, build.py,
-driver.c, runner.py, reward.py, roof.py, calibrate.py, commands.py.  docs/bench.md has the rest.
+Read top to bottom: status.py, extract.py, techniques.py, validate.py, sandbox.py, cache.py,
+build.py, driver.c, runner.py, reward.py, roof.py, calibrate.py, commands.py. docs/bench.md has
+the rest. The names below are imported on first use: `settings`, `status` and `techniques`
+stay light (the config imports them on a login node).
 """
 
-from hargo_hpc.bench.runner import (
-    HARNESS_VERSION,
-    BenchRequest,
-    BenchResult,
-    Problem,
-    run_bench,
-    run_request,
-)
-from hargo_hpc.bench.settings import BenchSettings, Penalties
+from hargo_hpc._lazy import lazy_exports
 
-__all__ = [
-    "HARNESS_VERSION",
-    "BenchRequest",
-    "BenchResult",
-    "BenchSettings",
-    "Penalties",
-    "Problem",
-    "run_bench",
-    "run_request",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "HARNESS_VERSION": "hargo_hpc.bench.runner",
+    "BenchRequest": "hargo_hpc.bench.runner",
+    "BenchResult": "hargo_hpc.bench.runner",
+    "Problem": "hargo_hpc.bench.runner",
+    "run_bench": "hargo_hpc.bench.runner",
+    "run_request": "hargo_hpc.bench.runner",
+    "BenchSettings": "hargo_hpc.bench.settings",
+    "Penalties": "hargo_hpc.bench.settings",
+})

@@ -13,8 +13,9 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
+
+from hargo_hpc.files import publish_directory
 
 
 def cache_key(*parts: str) -> str:
@@ -63,19 +64,9 @@ class CompileCache:
         `files` maps names inside the entry to paths to copy in; `meta["files"]` lists them.
         """
         final = self.entry(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=final.parent))
-        try:
+        with publish_directory(final) as tmp:
             for name, src in (files or {}).items():
                 shutil.copy2(src, tmp / name)
             meta = {**meta, "files": sorted(files or {})}
             (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True))
-            os.chmod(tmp, 0o755)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another worker published first (ENOTEMPTY/EEXIST): keep theirs
-                shutil.rmtree(tmp, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return final

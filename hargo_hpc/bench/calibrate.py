@@ -48,18 +48,6 @@ def openblas_result(
     return res
 
 
-def measure_roof(
-    settings: BenchSettings, problem: Problem, *, cache_dir: str | None = None
-) -> float | None:
-    """Measure and store the roof; None when no trusted OpenBLAS is available."""
-    try:
-        res = openblas_result(settings, problem, cache_dir=cache_dir)
-    except InfraError:
-        return None
-    _store(res, problem)
-    return res.gflops["max"]
-
-
 def _store(blas: BenchResult, problem: Problem) -> str:
     """Store OpenBLAS's best call as the roof of this host, thread count and shape."""
     record = {"gflops": blas.gflops["max"], "median": blas.gflops["median"]}

@@ -1,4 +1,4 @@
-"""Status taxonomy and reward.
+"""Reward of each status (the taxonomy itself: `status.py`).
 
 Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`):
 
@@ -26,16 +26,12 @@ from __future__ import annotations
 import math
 
 from hargo_hpc.bench.settings import BenchSettings
-
-STATUSES = (
-    "ok", "format_violation", "compile_error", "timeout", "runtime_error", "wrong_result",
-    "infra_error",
-)  # fmt: skip
+from hargo_hpc.bench.status import UNSCORED
 
 
 def penalty(status: str, settings: BenchSettings) -> float | None:
     """Reward of a failure status; None for infra_error (not the policy's fault)."""
-    if status == "infra_error":
+    if status in UNSCORED:
         return None
     return float(getattr(settings.penalties, status))
 

@@ -17,11 +17,11 @@ import glob
 import json
 import os
 import socket
-import tempfile
 import time
 from pathlib import Path
 
 from hargo_hpc.bench.cache import user_cache_dir
+from hargo_hpc.files import write_atomic
 
 
 def roof_file() -> Path:
@@ -44,7 +44,7 @@ def load_roof(threads: int, shape: str) -> float | None:
 
 
 def store_roof(threads: int, shape: str, record: dict) -> Path:
-    """Merge one entry into the roof file (write to a temporary name, then rename)."""
+    """Merge one entry into the roof file (atomically)."""
     path = roof_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -53,10 +53,7 @@ def store_roof(threads: int, shape: str, record: dict) -> Path:
         data = {}
     data[roof_key(threads, shape)] = {**record, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                           time.gmtime())}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".roof-")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     return path
 
 

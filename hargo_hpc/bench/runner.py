@@ -230,20 +230,8 @@ def _run(
         return
     _execute(build, req.problem, settings, res, budget)
     if res.status == "ok":
-        res.roof_gflops = roof or settings.roof_gflops or _roof(
-            settings, req.problem, res.threads, cache_dir
-        )
-
-
-def _roof(
-    settings: BenchSettings, problem: Problem, threads: int, cache_dir: str | None
-) -> float | None:
-    found = load_roof(threads, problem.shape)
-    if found is None and settings.auto_calibrate:
-        from hargo_hpc.bench.calibrate import measure_roof
-
-        found = measure_roof(settings, problem, cache_dir=cache_dir)
-    return found
+        # never measured here: a request's deadline holds no calibration (`hargo bench calibrate`)
+        res.roof_gflops = roof or settings.roof_gflops or load_roof(res.threads, req.problem.shape)
 
 
 def _execute(

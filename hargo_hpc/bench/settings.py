@@ -53,9 +53,6 @@ class BenchSettings(BaseModel):
     roof_margin: float = Field(
         1.10, ge=1.0, description="GFLOPS above roof * margin are flagged suspicious, not rewarded"
     )
-    auto_calibrate: bool = Field(
-        True, description="measure and store the roof on first use when none is known"
-    )
     seed: int = Field(
         0,
         ge=0,

@@ -1,6 +1,6 @@
 """Lock-free file primitives for a shared filesystem (NFS, Lustre, GPFS): no flock anywhere.
 
-- `write_atomic`: temp name in the same directory, write, flush, fsync, rename into place.
+- `write_atomic`: `hargo_hpc.files.write_atomic` of the JSON (temp name, fsync, rename).
   A reader sees the old file or the new one, never a part.
 - `create_exclusive`: temp name, write, fsync, then `link` it to the final name. `link` fails
   with EEXIST when the name exists, on every POSIX filesystem including NFS, so exactly one
@@ -18,10 +18,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
+from hargo_hpc import files
 from hargo_hpc.handoff.errors import SchemaError, describe
 from hargo_hpc.handoff.layout import TEMP_PREFIX
 
@@ -30,53 +30,29 @@ def encode(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def temp_path(directory: Path) -> Path:
-    return directory / f"{TEMP_PREFIX}{secrets.token_hex(6)}"
-
-
 def write_temp(directory: Path, obj: Any, *, fsync: bool = True) -> Path:
     """JSON `obj` in a new temp file of `directory` (readers skip it); returns its path."""
-    return _write_temp(directory, encode(obj), fsync)
-
-
-def _write_temp(directory: Path, data: bytes, fsync: bool) -> Path:
-    tmp = temp_path(directory)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        return files.write_temp(directory, encode(obj), prefix=TEMP_PREFIX, fsync=fsync)
     except OSError as err:
-        raise describe(err, "create a file in", directory) from None
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as err:
-        _unlink_quietly(tmp)
-        raise describe(err, "write", tmp) from None
-    return tmp
+        raise describe(err, "write a file in", directory) from None
 
 
 def write_atomic(path: Path, obj: Any, *, fsync: bool = True) -> None:
     """Replace `path` with JSON `obj`; readers see the old or the new file, never a part."""
-    tmp = _write_temp(path.parent, encode(obj), fsync)
     try:
-        os.replace(tmp, path)
+        files.write_atomic(path, encode(obj), prefix=TEMP_PREFIX, fsync=fsync)
     except OSError as err:
-        _unlink_quietly(tmp)
-        raise describe(err, "rename into", path) from None
+        raise describe(err, "write", path) from None
 
 
 def create_exclusive(path: Path, obj: Any, *, fsync: bool = True) -> bool:
     """Create `path` holding JSON `obj` unless it exists; True when this call created it."""
-    tmp = _write_temp(path.parent, encode(obj), fsync)
+    tmp = write_temp(path.parent, obj, fsync=fsync)
     try:
         return link_exclusive(tmp, path)
     finally:
-        _unlink_quietly(tmp)
+        files.unlink_quietly(tmp)
 
 
 def open_exclusive(path: Path, obj: Any) -> bool:
@@ -158,8 +134,3 @@ def touch(path: Path) -> int:
         after = before + 1_000_000_000
         os.utime(path, ns=(after, after))
     return after
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)

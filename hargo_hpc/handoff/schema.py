@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hargo_hpc.bench.reward import STATUSES
+from hargo_hpc.bench.status import STATUSES
 from hargo_hpc.handoff.errors import SchemaError
 from hargo_hpc.handoff.layout import valid_request_id
 

@@ -147,12 +147,14 @@ def test_errors() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"max_weight": 0.5}, "max_weight must be finite and >= 1"),
-        ({"confidence_scale": -1}, "confidence_scale must be >= 0"),
-        ({"discrimination": 1}, "discrimination must be a bool"),
-        ({"max_weight": "big"}, "max_weight must be a float"),
-        ({"estimator": "ppo"}, "estimator 'ppo' is not one of"),
-        ({"contrast_momentum": 1.0}, "contrast_momentum must be in"),
+        ({"max_weight": 0.5}, "max_weight: bad value 0.5: .* greater than or equal to 1"),
+        ({"max_weight": float("inf")}, "max_weight: bad value inf: .* finite"),
+        ({"confidence_scale": -1}, "confidence_scale: bad value -1: .* greater than or equal"),
+        ({"discrimination": 1}, "discrimination: bad value 1: .* valid boolean"),
+        ({"max_weight": "big"}, "max_weight: bad value 'big': must be a number"),
+        ({"eps": True}, "eps: bad value True: must be a number"),
+        ({"estimator": "ppo"}, "estimator: bad value 'ppo': Input should be 'dr_grpo'"),
+        ({"contrast_momentum": 1.0}, "contrast_momentum: bad value 1.0: .* less than 1"),
     ],
 )
 def test_params_validation(values: dict[str, object], message: str) -> None:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from hargo_hpc.algorithms import ESTIMATORS, PRESETS, HargoParams, resolve_algorithm
-from hargo_hpc.config import ALGORITHM_NAMES, AlgorithmSection
+from hargo_hpc.config import ALGORITHM_NAMES, AlgorithmSection, ConfigError, validate_config
 
 
 def test_every_config_name_has_a_preset() -> None:
@@ -71,9 +71,13 @@ def test_unknown_values_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown method 'ppo' \(valid: grpo, dr_grpo, "):
         resolve_algorithm(SimpleNamespace(name="ppo"))
     with pytest.raises(ValueError, match=r"algorithm.estimator: unknown value 'x' \(valid: "):
-        resolve_algorithm(AlgorithmSection(estimator="x"))
+        resolve_algorithm(SimpleNamespace(name="grpo", estimator="x"))
     with pytest.raises(ValueError, match=r"algorithm.agg: unknown value 'mean'"):
-        resolve_algorithm(AlgorithmSection(agg="mean"))
+        resolve_algorithm(SimpleNamespace(name="grpo", agg="mean"))
+    # the typed config refuses the same names already, with the config's one-line error
+    for key, value in (("estimator", "x"), ("agg", "mean"), ("kl_estimator", "k4")):
+        with pytest.raises(ConfigError, match=rf"<config>: algorithm.{key}: bad value '{value}'"):
+            validate_config({"algorithm": {key: value}})
 
 
 def test_policy_loss_kwargs_and_helpers() -> None:

@@ -49,5 +49,4 @@ def settings() -> BenchSettings:
         request_timeout_s=30.0,
         memory_limit_mb=1024,
         roof_gflops=1000.0,
-        auto_calibrate=False,
     )

@@ -31,7 +31,7 @@ def run(name: str, settings: BenchSettings, cache_dir: str, **extra) -> dict:
 def honest_gflops(scratch_root: Path) -> float:
     """GFLOPS of the honest i-k-j kernel (what h_precompute and m_got really compute)."""
     settings = BenchSettings(size=64, check_size=37, warmup=1, repetitions=2,
-                             roof_gflops=1000.0, auto_calibrate=False)  # fmt: skip
+                             roof_gflops=1000.0)  # fmt: skip
     rec = run_request({"id": "honest", "completion": kernel_source("reordered")}, settings,
                       cache_dir=str(scratch_root / "cache"))  # fmt: skip
     assert rec["status"] == "ok", rec["reason"]

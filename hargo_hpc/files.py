@@ -1,0 +1,93 @@
+"""Atomic file writes: the one write-temp-then-rename of the project.
+
+Used by the resolved config, the roof store, the compile cache and the handoff. A file (or a
+directory) is written under a private temporary name in the target's directory and put in place
+with one `rename`, so a reader sees the old content or the new one, never a part, and a crash
+leaves at most a temporary name that readers skip.
+
+OS errors pass through as `OSError` (the temporary name already removed); callers that owe
+their users a one-line message (the handoff's `describe`) translate them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+TEMP_PREFIX = ".tmp-"
+
+
+def temp_name(directory: Path, prefix: str = TEMP_PREFIX) -> Path:
+    """A fresh private name in `directory` (not created)."""
+    return directory / f"{prefix}{secrets.token_hex(6)}"
+
+
+def write_temp(
+    directory: Path, data: bytes, *, prefix: str = TEMP_PREFIX, fsync: bool = True,
+    mode: int = 0o644,
+) -> Path:
+    """`data` in a new file under a private name in `directory`; returns its path.
+
+    Created with O_EXCL, written in full, fsync'ed when asked; removed again on any failure.
+    """
+    tmp = temp_name(directory, prefix)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes | str, *, prefix: str = TEMP_PREFIX,
+    fsync: bool = True, mode: int = 0o644,
+) -> None:
+    """Replace `path` with `data` (str is written as UTF-8) in one rename."""
+    target = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = write_temp(target.parent, raw, prefix=prefix, fsync=fsync, mode=mode)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def publish_directory(final: Path, mode: int = 0o755) -> Iterator[Path]:
+    """Fill a private directory next to `final` inside the `with`; then rename it to `final`.
+
+    When `final` already exists (another writer published first: ENOTEMPTY or EEXIST), the
+    first one stays and ours is dropped. On an exception inside the `with` nothing is published.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{final.name[:12]}-", dir=final.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
