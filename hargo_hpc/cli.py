@@ -12,6 +12,7 @@ from hargo_hpc import __version__
 from hargo_hpc.bench.commands import bench
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+from hargo_hpc.examples.commands import init
 from hargo_hpc.handoff.commands import handoff, worker
 
 
@@ -20,7 +21,8 @@ from hargo_hpc.handoff.commands import handoff, worker
 def main() -> None:
     """hargo-hpc: RL post-training of LLMs on HPC tasks, on Slurm.
 
-    Write an experiment file (see jobs/), check it with `hargo config validate`, then run it.
+    Write an experiment file (`hargo init DIR` copies the examples into DIR/jobs/), check it
+    with `hargo config validate`, then run it.
     """
 
 
@@ -43,11 +45,11 @@ def config_show(job: str, overrides: tuple[str, ...]) -> None:
 def config_validate(job: str, overrides: tuple[str, ...]) -> None:
     """Check JOB (and OVERRIDES); print `ok` or one line naming what is wrong.
 
-    Beyond the schema, this resolves the algorithm preset (estimator, aggregation, HARGO
-    parameters), which needs torch.
+    Beyond the schema, this resolves the algorithm preset (e.g. HARGO's base estimator must
+    be the method's).
     """
     cfg = load_or_fail(job, overrides)
-    from hargo_hpc.algorithms.presets import resolve_algorithm  # imports torch
+    from hargo_hpc.algorithms.presets import resolve_algorithm
 
     try:
         resolve_algorithm(cfg.algorithm)
@@ -66,5 +68,6 @@ def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
 # Each area owns its commands (`<package>/commands.py`); the CLI only mounts them.
 main.add_command(bench)
 main.add_command(handoff)
+main.add_command(init)
 main.add_command(worker)
 

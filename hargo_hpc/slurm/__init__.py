@@ -1,6 +1,16 @@
-"""Slurm glue: rendering batch scripts and building submitit executors. No RL logic here."""
+"""Slurm glue: the #SBATCH options of a job kind, rendering batch scripts, submitit executors,
+submitting with `sbatch`. No RL logic here.
 
-from hargo_hpc.slurm.executor import make_executor, slurm_parameters
-from hargo_hpc.slurm.render import render_script
+Read top to bottom: options.py (the one list of #SBATCH options), render.py and templates/
+(batch scripts), executor.py (submitit), jobs.py (sbatch / sacct). The names below are
+imported on first use, so `options` stays free of jinja2 and submitit.
+"""
 
-__all__ = ["make_executor", "render_script", "slurm_parameters"]
+from hargo_hpc._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "sbatch_options": "hargo_hpc.slurm.options",
+    "render_script": "hargo_hpc.slurm.render",
+    "make_executor": "hargo_hpc.slurm.executor",
+    "slurm_parameters": "hargo_hpc.slurm.executor",
+})

@@ -13,52 +13,58 @@ from typing import Any, Literal
 import submitit
 
 from hargo_hpc.config import JobResources
+from hargo_hpc.slurm.options import minutes, sbatch_options, signal_lead_s
 
 Backend = Literal["slurm", "local", "auto"]
 
 
-def _minutes(time: str) -> int:
-    """Slurm's [D-]HH:MM:SS / MM:SS / MM time limit in whole minutes (at least 1)."""
-    days = 0
-    if "-" in time:
-        head, time = time.split("-", 1)
-        days = int(head)
-    parts = [int(p) for p in time.split(":")]
-    if len(parts) == 1:
-        hours, minutes, seconds = 0, parts[0], 0
-    elif len(parts) == 2:
-        hours, minutes, seconds = 0, parts[0], parts[1]
-    elif len(parts) == 3:
-        hours, minutes, seconds = parts
-    else:
-        raise ValueError(f"bad Slurm time limit {time!r}")
-    return max(1, days * 1440 + hours * 60 + minutes + (1 if seconds else 0))
+# sbatch option -> (submitit parameter, type); every other option but the three handled in
+# slurm_parameters goes to `slurm_additional_parameters` unchanged.
+_SUBMITIT_NAMES: dict[str, tuple[str, type]] = {
+    "job-name": ("name", str),
+    "partition": ("slurm_partition", str),
+    "nodes": ("nodes", int),
+    "ntasks-per-node": ("tasks_per_node", int),
+    "cpus-per-task": ("cpus_per_task", int),
+    "gres": ("slurm_gres", str),
+    "mem": ("slurm_mem", str),
+    "account": ("slurm_account", str),
+    "qos": ("slurm_qos", str),
+    "constraint": ("slurm_constraint", str),
+}
+# submitit caps an array's parallelism at its own default (256) unless told; "no limit" in
+# the resources is the array's size (submitit writes %min(size, this)).
+_NO_ARRAY_LIMIT = 1 << 30
 
 
-def slurm_parameters(resources: JobResources, setup: Sequence[str] = ()) -> dict[str, Any]:
-    """submitit's `slurm_*` parameters for `resources` (the same lines the templates write)."""
-    params: dict[str, Any] = {
-        "slurm_partition": resources.partition,
-        "nodes": resources.nodes,
-        "tasks_per_node": resources.ntasks_per_node,
-        "cpus_per_task": resources.cpus_per_task,
-        "slurm_mem": resources.mem,
-        "timeout_min": _minutes(resources.time),
-        "slurm_setup": list(setup),
-    }
-    if resources.gpus_per_node:
-        params["slurm_gres"] = f"gpu:{resources.gpus_per_node}"
-    if resources.array_parallelism:
-        params["slurm_array_parallelism"] = resources.array_parallelism
+def slurm_parameters(
+    resources: JobResources, setup: Sequence[str] = (), *, job_name: str = "hargo"
+) -> dict[str, Any]:
+    """submitit's parameters for `resources`, derived from the templates' `sbatch_options`.
+
+    Each option maps to submitit's name for it where submitit has one (the table above),
+    else to `slurm_additional_parameters`. Three need more: `--time` goes verbatim into the
+    additional parameters (the same limit, to the second) and, in whole minutes rounded up,
+    into `timeout_min` (submitit's own timeout bookkeeping); `--signal`'s lead time becomes
+    `slurm_signal_delay_s` (submitit sends its own signal, see hargo_hpc.slurm.options);
+    submitit writes `--array` and `--output` itself, so the list is built without them and
+    `array_parallelism` becomes `slurm_array_parallelism`.
+    """
+    params: dict[str, Any] = {"slurm_setup": list(setup)}
     extra: dict[str, Any] = {}
-    for key in ("account", "qos", "constraint"):
-        if getattr(resources, key):
-            extra[key] = getattr(resources, key)
-    for line in resources.extra:
-        key, _, value = line.lstrip("-").partition("=")
-        extra[key.replace("-", "_")] = value or True
-    if extra:
-        params["slurm_additional_parameters"] = extra
+    for name, value in sbatch_options(resources, job_name=job_name):
+        if name in _SUBMITIT_NAMES:
+            key, kind = _SUBMITIT_NAMES[name]
+            params[key] = kind(value)
+        elif name == "time":
+            params["timeout_min"] = minutes(value)
+            extra["time"] = value
+        elif name == "signal":
+            params["slurm_signal_delay_s"] = signal_lead_s(value)
+        else:
+            extra[name.replace("-", "_")] = value or True
+    params["slurm_array_parallelism"] = resources.array_parallelism or _NO_ARRAY_LIMIT
+    params["slurm_additional_parameters"] = extra
     return params
 
 
@@ -73,13 +79,12 @@ def make_executor(
     """A submitit executor for one job kind; "auto" uses Slurm when `sbatch` is available."""
     cluster = None if backend == "auto" else backend
     executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
+    params = slurm_parameters(resources, setup, job_name=job_name)
     if executor.cluster == "slurm":
-        executor.update_parameters(name=job_name, **slurm_parameters(resources, setup))
-    else:
+        executor.update_parameters(**params)
+    else:  # the local executor: the generic parameters only
         executor.update_parameters(
-            name=job_name,
-            timeout_min=_minutes(resources.time),
-            cpus_per_task=resources.cpus_per_task,
-            tasks_per_node=resources.ntasks_per_node,
+            **{key: params[key] for key in ("name", "timeout_min", "cpus_per_task",
+                                             "tasks_per_node")}
         )
     return executor

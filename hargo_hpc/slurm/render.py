@@ -1,25 +1,43 @@
-"""Render `sbatch_templates/*.sh.j2` into batch scripts: the only place #SBATCH lines come from."""
+"""Render the batch templates (`hargo_hpc/slurm/templates/*.sh.j2`) into batch scripts.
+
+The templates ship inside the package and are loaded through it (jinja2's PackageLoader, so
+an installed wheel finds them); `$HARGO_TEMPLATE_DIR` names a directory holding a site's own
+copy instead. Their `#SBATCH` lines come from `hargo_hpc.slurm.options.sbatch_options`, the
+list submitit's parameters are derived from too.
+"""
 
 from __future__ import annotations
 
 import os
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
 import jinja2
 
 from hargo_hpc.config import JobResources
+from hargo_hpc.slurm.options import sbatch_line, sbatch_options
 
 TEMPLATE_DIR_ENV = "HARGO_TEMPLATE_DIR"
+TEMPLATE_PACKAGE = "hargo_hpc.slurm"
+TEMPLATE_FOLDER = "templates"
 
 
-def template_dir() -> Path:
-    """`$HARGO_TEMPLATE_DIR`, else the repository's `sbatch_templates/`."""
+def template_loader() -> tuple[jinja2.BaseLoader, str]:
+    """The loader of the batch templates and a phrase saying where they come from."""
     override = os.environ.get(TEMPLATE_DIR_ENV)
     if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "sbatch_templates"
+        return jinja2.FileSystemLoader(override), f"{override} (${TEMPLATE_DIR_ENV})"
+    loader = jinja2.PackageLoader(TEMPLATE_PACKAGE, TEMPLATE_FOLDER)
+    return loader, f"the package's templates ({TEMPLATE_PACKAGE}/{TEMPLATE_FOLDER})"
+
+
+def template_names() -> list[str]:
+    """The templates available now (the package's, or those in `$HARGO_TEMPLATE_DIR`)."""
+    loader, _ = template_loader()
+    try:
+        return sorted(name for name in loader.list_templates() if name.endswith(".j2"))
+    except OSError:  # a $HARGO_TEMPLATE_DIR that does not exist
+        return []
 
 
 def render_script(
@@ -37,24 +55,32 @@ def render_script(
 
     `command` is a shell line or an argv list (quoted here); `array` an sbatch --array
     range such as "0-7"; `setup` shell lines run before the command (modules, venv).
+    Templates get `sbatch_lines` (the `#SBATCH` lines), `res` (the resources), `job_name`,
+    `command`, `log_dir`, `array`, `setup` and `variables`.
     """
-    directory = template_dir()
-    if not (directory / template).is_file():
-        raise FileNotFoundError(f"no sbatch template {template!r} in {directory}")
+    loader, where = template_loader()
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(directory)),
+        loader=loader,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
     if not isinstance(command, str):
         command = shlex.join(command)
-    return env.get_template(template).render(
-        job_name=job_name,
-        res=resources,
-        command=command,
-        log_dir=str(log_dir),
-        array=array,
-        setup=list(setup),
-        **variables,
-    )
+    options = sbatch_options(resources, job_name=job_name, array=array, log_dir=log_dir)
+    try:
+        return env.get_template(template).render(
+            job_name=job_name,
+            res=resources,
+            sbatch_lines=[sbatch_line(option) for option in options],
+            command=command,
+            log_dir=str(log_dir),
+            array=array,
+            setup=list(setup),
+            **variables,
+        )
+    except jinja2.TemplateNotFound as err:  # the template, or one it extends
+        have = ", ".join(template_names()) or "none"
+        raise FileNotFoundError(
+            f"no sbatch template {err.name!r} in {where} (templates there: {have})"
+        ) from None

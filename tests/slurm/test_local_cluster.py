@@ -4,6 +4,8 @@ submitit jobs on the `cpu` and `gpu` partitions, states read back through `sacct
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,6 +82,37 @@ def test_submitit_job(slurm_cluster: dict[str, str], tmp_path: Path, partition: 
     assert wait_for_sacct(job.job_id, count=1)[job.job_id] == "COMPLETED"
     # submitit reads the same state through sacct (forced: its cache lags by design)
     assert job.get_info(mode="force")["State"] == "COMPLETED"
+
+
+def scontrol_job(job_id: str) -> dict[str, str]:
+    """`scontrol -o show job` of one job as key -> value (values may hold spaces)."""
+    done = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                          text=True, timeout=30, check=True)
+    fields = re.split(r" +(?=[\w/:]+=)", done.stdout.strip())
+    return dict(field.partition("=")[::2] for field in fields)
+
+
+def test_template_and_submitit_jobs_get_the_same_job(slurm_cluster: dict[str, str],
+                                                     tmp_path: Path) -> None:
+    """Both paths submit one resource shape; Slurm records the same job for each."""
+    resources = JobResources(partition="gpu", gpus_per_node=1, cpus_per_task=2, mem="1G",
+                             time="00:02:30", qos="normal",
+                             extra=["--comment=two words", "--exclusive"])
+    script = render_script("base.sh.j2", job_name="hargo-same", resources=resources,
+                           command="true", log_dir=tmp_path)
+    ours = sbatch(write_script(script, tmp_path / "same.sh"))
+    job = make_executor(resources, tmp_path / "submitit", backend="slurm",
+                        job_name="hargo-same").submit(where_am_i)
+    assert job.result()["CUDA_VISIBLE_DEVICES"] == "0"
+    for job_id in (ours, job.job_id):
+        assert wait_for_sacct(job_id, count=1)[job_id] == "COMPLETED"
+    keys = ("JobName", "Partition", "QOS", "TimeLimit", "NumNodes", "NumCPUs", "NumTasks",
+            "CPUs/Task", "MinMemoryNode", "TresPerNode", "OverSubscribe", "Comment")
+    mine, theirs = scontrol_job(ours), scontrol_job(job.job_id)
+    assert all(mine.get(key) for key in keys), mine
+    assert {key: mine.get(key) for key in keys} == {key: theirs.get(key) for key in keys}
+    assert mine["TimeLimit"] == "00:03:00"  # Slurm's own rounding, the same on both paths
+    assert mine["Comment"] == "two words" and mine["OverSubscribe"] == "NO"
 
 
 def test_submitit_local_backend_runs_the_same_function(tmp_path: Path) -> None:

@@ -1,0 +1,28 @@
+"""`hargo init DIR`: copy the shipped example jobs into DIR/jobs/.
+
+Registered by hargo_hpc/cli.py (`main.add_command(init)`); the logic is in hargo_hpc.examples.
+"""
+
+from __future__ import annotations
+
+import click
+
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.examples import ExamplesError, copy_example_jobs
+
+
+@click.command("init", context_settings=CONTEXT)
+@click.argument("directory", type=click.Path())
+@click.option("--force", is_flag=True, help="overwrite example files that already exist")
+def init(directory: str, force: bool) -> None:
+    """Copy the example experiment files into DIRECTORY/jobs/ (created if needed).
+
+    Refuses, writing nothing, when one of them exists already, unless --force.
+    """
+    try:
+        written = copy_example_jobs(directory, force=force)
+    except ExamplesError as err:
+        raise UsageFailure(str(err)) from None
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(f"next: hargo config validate {written[0]}")
