@@ -4,7 +4,7 @@
 What runs (all real: Slurm, the C compiler, the sandboxed harness, the handoff files):
   1. the resolved config of jobs/demo.toml is written to runs/demo/config.toml;
   2. a bench worker job array is submitted with sbatch to the `cpu` partition, rendered from
-     sbatch_templates/bench_worker.sh.j2;
+     hargo_hpc/slurm/templates/bench_worker.sh.j2;
   3. the "trainer" side writes one step of completions (two GRPO groups of four, with the
      shipped reference kernels and typical failures of generated code, one of them using a
      technique that its SQD stage forbids) into the handoff directory and polls for rewards;
