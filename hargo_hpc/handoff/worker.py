@@ -137,6 +137,10 @@ class Worker:
         self.layout = Layout(root)
         if not self.layout.root.is_dir():
             raise HandoffError(f"handoff directory {self.layout.root} does not exist")
+        try:  # here, not in run(): once constructed, the worker's part of the layout exists
+            self.layout.workers.mkdir(exist_ok=True)
+        except OSError as err:
+            raise describe(err, "create", self.layout.workers) from None
         self.workload = workload or bench_workload()
         self.threads = max(1, threads)
         self.max_idle_s = self.settings.worker_max_idle_s if max_idle_s is None else max_idle_s
@@ -183,10 +187,6 @@ class Worker:
 
     def run(self) -> str:
         """Work until a stop condition; release held claims; return why it stopped."""
-        try:
-            self.layout.workers.mkdir(exist_ok=True)
-        except OSError as err:
-            raise describe(err, "create", self.layout.workers) from None
         previous = self._install_signals()
         self._heartbeat("running")
         workers = [

@@ -6,8 +6,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -17,7 +17,7 @@ from hargo_hpc.handoff.commands import handoff, worker
 from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.layout import Layout
 
-from .conftest import HERE, make_requests, running_workers
+from .conftest import HERE, make_requests, running_workers, wait_for
 from .doubles import noop_workload_double
 
 
@@ -111,14 +111,24 @@ def test_worker_command_runs_until_idle(root: Path) -> None:
     assert len(trainer.collect(0, timeout=1)) == 10
 
 
-def test_status_lists_live_workers_with_their_heartbeat(root: Path, fast: HandoffSettings) -> None:
-    from hargo_hpc.handoff.status import gather
+def test_status_lists_live_workers_with_their_heartbeat(
+    root: Path, fast: HandoffSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hargo_hpc.handoff import status as status_module
+
+    def live() -> int:
+        return sum(w.live for w in status_module.gather(root).workers)
 
     with running_workers(root, noop_workload_double, fast, count=2, worker_id="slurm9_1-cn1-pid7"):
-        deadline = time.monotonic() + 10
-        while len(os.listdir(Layout(root).workers)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)  # both threads have written their first heartbeat
-        status = gather(root)
+        # What the test needs is two live workers in the status, not two names in workers/
+        # (the directory may not exist yet, and a listing also shows the heartbeats' temp files).
+        assert wait_for(lambda: live() == 2, timeout=10), "two live workers within 10 s"
+        status = status_module.gather(root)
+        # Heartbeats are rewritten every 0.5 s, so an age read at a random moment is 0-0.6 s and
+        # may round to "1 s". Show the CLI the moment of the older heartbeat: ages are then 0.
+        beats = [p for p in Layout(root).workers.iterdir() if not p.name.startswith(".")]
+        frozen = min(p.stat().st_mtime for p in beats)
+        monkeypatch.setattr(status_module, "time", SimpleNamespace(time=lambda: frozen))
         result = CliRunner().invoke(handoff, ["status", str(root)])
     assert [w.live for w in status.workers] == [True, True]
     assert "workers: 2 live, 0 gone" in result.output

@@ -19,7 +19,7 @@ from hargo_hpc.handoff import HandoffSettings, Trainer, worker_id_from_env
 from hargo_hpc.handoff.claims import scan_claims
 from hargo_hpc.handoff.layout import Layout
 
-from .conftest import HERE, make_requests, running_workers
+from .conftest import HERE, make_requests, running_workers, wait_for
 from .doubles import noop_workload_double
 
 WORKER = "from hargo_hpc.handoff.commands import worker; worker()"
@@ -34,15 +34,6 @@ def spawn_worker(root: Path, *args: str, env: dict[str, str] | None = None) -> s
         [sys.executable, "-c", WORKER, "--handoff", str(root), "-q", *args],
         env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
-
-
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _resume(proc: subprocess.Popen) -> None:
