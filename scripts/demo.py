@@ -98,8 +98,9 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     run_dir = cfg.run_dir().resolve()
-    handoff_dir = run_dir / "handoff"
-    shutil.rmtree(handoff_dir, ignore_errors=True)  # the demo owns its run directory
+    handoff_dir = cfg.handoff_dir().resolve()
+    if handoff_dir.is_relative_to(run_dir):  # the demo owns its run directory, nothing else
+        shutil.rmtree(handoff_dir, ignore_errors=True)
     config_file = save_resolved(cfg, run_dir)
     print(f"[1/6] resolved config: {config_file}")
 

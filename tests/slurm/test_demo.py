@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,16 +15,21 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 def test_demo_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    home = tmp_path / "home"  # the demo and its Slurm jobs must write nothing into HOME
+    home.mkdir()
+    runs = tmp_path / "runs"
     for _ in range(2):  # the second run reuses the run directory
         done = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "demo.py"), f"run.dir={tmp_path}"],
+            [sys.executable, str(REPO / "scripts" / "demo.py"), f"run.dir={runs}"],
             capture_output=True, text=True, timeout=600, cwd=tmp_path,
+            env={**os.environ, "HOME": str(home)},
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "demo ok" in done.stdout
         assert "p1-openmp-forbidden  format_violation" in done.stdout
         assert "p0-syntax            compile_error" in done.stdout
-    assert (tmp_path / "demo" / "config.toml").is_file()
+    assert (runs / "demo" / "config.toml").is_file()
+    assert list(home.iterdir()) == []
 
 
 def test_demo_bad_override_exits_2(tmp_path: Path) -> None:
