@@ -90,7 +90,7 @@ def numpy_openblas_gflops(n: int, reps: int) -> float:
 
 def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    settings = BenchSettings(roof_gflops=1000.0)
+    settings = BenchSettings()
     cache = tempfile.mkdtemp(prefix="hargo-bench-cache-")
     try:
         kernel = kernel_source("openmp")

@@ -5,9 +5,9 @@ verification, timing, status and reward.
     run_bench(BenchRequest, settings, ...) -> BenchResult             # dataclass API
 
 Read top to bottom: status.py, extract.py, techniques.py, validate.py, sandbox.py, cache.py,
-build.py, driver.c, runner.py, reward.py, roof.py, calibrate.py, commands.py. docs/bench.md has
-the rest. The names below are imported on first use: `settings`, `status` and `techniques`
-stay light (the config imports them on a login node).
+build.py, judge.c, kernel_main.c, uids.py, reference.py, runner.py, reward.py, roof.py,
+calibrate.py, commands.py. docs/bench.md has the rest. The names below are imported on first
+use: `settings`, `status` and `techniques` stay light (the config imports them on a login node).
 """
 
 from hargo_hpc._lazy import lazy_exports

@@ -1,15 +1,19 @@
-"""Build: compile the kernel as its own translation unit, inspect it, link it with the driver.
+"""Build: compile the kernel as its own translation unit, inspect it, link it with the child
+side of the judge.
 
     kernel.c --[compiler flags -include hargo_gemm.h -S]--> kernel.s
     kernel.s --[no .incbin/.include/.macro...: the assembler must not read files]--> kernel.o
-    kernel.o + driver.o --[compiler flags -fopenmp -lm -z noexecstack,now,relro]--> gemm.bin
+    kernel.o + kernel_main.o --[compiler flags -static -fopenmp -lm]--> kernel.bin
     (all in one sandboxed shell, one timeout), then
     kernel.o --[readelf -s -S: validate.check_object]--> accepted, or the build is rejected
 
-The prototype header makes a wrongly typed gemm a compiler error ("conflicting types"), which is
-reported as a format violation.  Builds are cached by hash(source, compiler identity, flags,
-driver source) - see cache.py; the compiler identity includes `--version` and the resolved
-target (`-Q --help=target` under the flags), so `-march=native` on a different CPU is a new key.
+`kernel.bin` is static: the judge execs it under a seccomp filter that opens no file, so it must
+need no dynamic loader and no shared library. The judge itself (judge.c) and `kernel_main.o` are
+trusted, compiled once per compiler (`harness`). The prototype header makes a wrongly typed gemm
+a compiler error ("conflicting types"), reported as a format violation. Builds are cached by
+hash(source, compiler identity, flags, harness sources) - see cache.py; the compiler identity
+includes `--version` and the resolved target (`-Q --help=target` under the flags), so
+`-march=native` on a different CPU is a new key.
 """
 
 from __future__ import annotations
@@ -64,8 +68,10 @@ RESOURCE = re.compile(
     r"internal compiler error",
     re.IGNORECASE,
 )
-LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack,-z,now,-z,relro"]
-DRIVER_FLAGS = ["-O2", "-fopenmp"]
+LINK_FLAGS = ["-static", "-fopenmp", "-lm", "-Wl,-z,noexecstack"]
+TRUSTED_LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack,-z,now,-z,relro"]
+HARNESS_FLAGS = ["-O2", "-Wall"]
+HARNESS_FILES = ("judge.c", "kernel_main.c", "hargo_shared.h")
 
 
 @dataclass
@@ -76,15 +82,29 @@ class Build:
     verdict: str
     reason: str
     output: str
-    binary: Path | None
+    binary: Path | None  # kernel.bin: kernel_main.o + the kernel, what the judge execs
     cache_hit: bool
     seconds: float
     openmp: list[str] | None = None  # OpenMP runtime symbols the kernel object calls
 
 
+@dataclass(frozen=True)
+class Harness:
+    """The trusted parts, compiled once per compiler: the judge and the child's main."""
+
+    judge: Path
+    kernel_main: Path
+
+
 @functools.lru_cache(maxsize=1)
-def driver_source() -> str:
-    return resources.files("hargo_hpc.bench").joinpath("driver.c").read_text()
+def harness_sources() -> dict[str, str]:
+    package = resources.files("hargo_hpc.bench")
+    return {name: package.joinpath(name).read_text() for name in HARNESS_FILES}
+
+
+def harness_digest() -> str:
+    """One hash of the harness sources (part of every build's cache key)."""
+    return cache_key(*(f"{name}\0{text}" for name, text in sorted(harness_sources().items())))
 
 
 def resolve_compiler(compiler: str) -> str:
@@ -130,23 +150,26 @@ def _excerpt(text: str, workdir: str, cap: int) -> str:
     return text if len(text) <= cap else text[:cap] + f"\n[... {len(text) - cap} more chars]"
 
 
-def driver_object(settings: BenchSettings, cache: CompileCache, compiler: str) -> Path:
-    """The driver compiled once per compiler (trusted code, fixed flags), from the cache."""
-    src = driver_source()
-    key = cache_key("driver", src, compiler_identity(compiler, tuple(DRIVER_FLAGS)))
+def harness(cache: CompileCache, compiler: str) -> Harness:
+    """The judge binary and `kernel_main.o` (trusted code, fixed flags), from the cache."""
+    key = cache_key("harness", harness_digest(), compiler_identity(compiler, tuple(HARNESS_FLAGS)))
     hit = cache.load(key)
-    if hit:
-        return hit[1] / "driver.o"
-    with tempfile.TemporaryDirectory(prefix="hargo-driver-") as tmp:
-        Path(tmp, "driver.c").write_text(src)
-        proc = subprocess.run(
-            [compiler, *DRIVER_FLAGS, "-c", "driver.c", "-o", "driver.o"],
-            cwd=tmp, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise InfraError(f"the harness driver does not compile: {proc.stderr[:500]}")
-        entry = cache.store(key, {"verdict": "driver"}, {"driver.o": str(Path(tmp, "driver.o"))})
-    return entry / "driver.o"
+    if hit is None:
+        with tempfile.TemporaryDirectory(prefix="hargo-harness-") as tmp:
+            for name, text in harness_sources().items():
+                Path(tmp, name).write_text(text)
+            for argv in (
+                [compiler, *HARNESS_FLAGS, "judge.c", "-o", "judge", "-lm"],
+                [compiler, *HARNESS_FLAGS, "-c", "kernel_main.c", "-o", "kernel_main.o"],
+            ):
+                proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=120)
+                if proc.returncode != 0:
+                    raise InfraError(f"the harness does not compile: {proc.stderr[:500]}")
+            files = {name: str(Path(tmp, name)) for name in ("judge", "kernel_main.o")}
+            entry = cache.store(key, {"verdict": "harness"}, files)
+    else:
+        entry = hit[1]
+    return Harness(entry / "judge", entry / "kernel_main.o")
 
 
 def build_kernel(
@@ -155,49 +178,49 @@ def build_kernel(
     cache: CompileCache,
     *,
     timeout_s: float,
+    ids: tuple[int, int] | None = None,
     trusted_link: list[str] | None = None,
 ) -> Build:
-    """Compile, inspect and link `code` (cached).  `trusted_link` (calibration only) skips the
-    symbol check and adds these link arguments (e.g. OpenBLAS)."""
+    """Compile, inspect and link `code` (cached) as the sandbox user `ids`. `trusted_link` (the
+    project's own reference only) skips the symbol check and links dynamically with these
+    arguments (e.g. OpenBLAS): the judge runs a trusted binary unfiltered."""
     start = time.monotonic()
     compiler = resolve_compiler(settings.compiler)
     flags = list(settings.flags)
     identity = compiler_identity(compiler, tuple(flags))
     key = cache_key(
-        "kernel", code, identity, "\0".join(flags), driver_source(), repr(trusted_link)
+        "kernel", code, identity, "\0".join(flags), harness_digest(), repr(trusted_link)
     )
     hit = cache.load(key)
     if hit:
         meta, entry = hit
-        binary = entry / "gemm.bin" if meta["verdict"] == "built" else None
+        binary = entry / "kernel.bin" if meta["verdict"] == "built" else None
         return Build(meta["verdict"], meta["reason"], meta["output"], binary, True,
                      time.monotonic() - start, meta.get("openmp", []))  # fmt: skip
-    driver_o = driver_object(settings, cache, compiler)
+    kernel_main = harness(cache, compiler).kernel_main
     cap = settings.output_cap_bytes
     with tempfile.TemporaryDirectory(prefix="hargo-build-") as work:
         Path(work, "kernel.c").write_text(code)
         Path(work, "hargo_gemm.h").write_text(PROTOTYPE)
-        shutil.copy2(driver_o, Path(work, "driver.o"))
+        shutil.copy2(kernel_main, Path(work, "kernel_main.o"))
         env = base_env(work, {"PATH": f"{os.path.dirname(compiler)}:/usr/bin:/bin"})
         limits = _compile_limits(settings, timeout_s)
-        # kernel.c -> kernel.s -> (no file-reading directives) -> kernel.o -> gemm.bin, in one
+        # kernel.c -> kernel.s -> (no file-reading directives) -> kernel.o -> kernel.bin, in one
         # sandboxed shell (one process start); the binary only ever runs after the object
         # passed the checks below
         asm_cmd = [compiler, *flags, "-include", "hargo_gemm.h", "-S", "kernel.c",
                    "-o", "kernel.s"]  # fmt: skip
         obj_cmd = [compiler, *flags, "-c", "kernel.s", "-o", "kernel.o"]
-        link_cmd = [compiler, *flags, "kernel.o", "driver.o", *LINK_FLAGS,
-                    *(trusted_link or []), "-o", "gemm.bin"]  # fmt: skip
+        link = LINK_FLAGS if trusted_link is None else [*TRUSTED_LINK_FLAGS, *trusted_link]
+        link_cmd = [compiler, *flags, "kernel.o", "kernel_main.o", *link, "-o", "kernel.bin"]
         script = (
             f"{shlex.join(asm_cmd)} || exit $?\n"
             f"if grep -Eiq {shlex.quote(ASM_FORBIDDEN_ERE)} kernel.s; "
             f"then exit {ASM_REJECTED}; fi\n"
             f"{shlex.join(obj_cmd)} && {shlex.join(link_cmd)}"
         )
-        res = run_sandboxed(
-            ["/bin/sh", "-c", script], work, limits, env, user=settings.sandbox_user,
-            output_cap=cap * 4,
-        )  # fmt: skip
+        res = run_sandboxed(["/bin/sh", "-c", script], work, limits, env, ids=ids,
+                            output_cap=cap * 4)  # fmt: skip
         output = _excerpt(res.output, work, cap)
         seconds = time.monotonic() - start
         if res.timed_out or res.signal in (signal.SIGKILL, signal.SIGXCPU):
@@ -232,11 +255,12 @@ def build_kernel(
                 check_object(symbols, sections)
             except Violation as v:
                 return verdict("format_violation", str(v))
-        if res.returncode != 0 or not Path(work, "gemm.bin").is_file():
+        if res.returncode != 0 or not Path(work, "kernel.bin").is_file():
             return verdict("compile_error", "link failed")
         meta = {"verdict": "built", "reason": "", "output": output, "openmp": openmp}
-        entry = cache.store(key, meta, {"gemm.bin": str(Path(work, "gemm.bin"))})
-    return Build("built", "", output, entry / "gemm.bin", False, time.monotonic() - start, openmp)
+        entry = cache.store(key, meta, {"kernel.bin": str(Path(work, "kernel.bin"))})
+    return Build("built", "", output, entry / "kernel.bin", False, time.monotonic() - start,
+                 openmp)
 
 
 def _first_error(output: str) -> str:

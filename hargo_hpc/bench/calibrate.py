@@ -1,57 +1,24 @@
-"""Calibration: the machine's roof (trusted OpenBLAS through the harness) and the project's
-reference kernels, as a table with percent of the roof.
+"""Calibration: the shipped kernels against the reference DGEMM, as a table, and the machine's
+roof for the report.
 
-The roof is the best (max) GFLOPS of OpenBLAS over `max(repetitions, 20)` timed calls, run by
-the same driver and sandbox as every completion (only validation is skipped: the code is ours).
-It is stored by roof.store_roof for the plausibility cap.
+Every row is an ordinary request (validated, sandboxed, judged), so each carries the GFLOPS of
+the reference timed in its own run. The roof is the reference's best call over all rows; it is
+stored by roof.store_roof for `hargo bench calibrate`'s report and for benchmarks, and never
+changes a reward (rewards use the reference of their own run, reward.py).
 """
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
-from importlib import resources
 
-from hargo_hpc.bench.build import InfraError
-from hargo_hpc.bench.roof import openblas_library, store_roof
-from hargo_hpc.bench.runner import BenchRequest, BenchResult, Problem, run_bench
+from hargo_hpc.bench.reference import SHIPPED_KERNELS, kernel_source
+from hargo_hpc.bench.roof import store_roof
+from hargo_hpc.bench.runner import BenchRequest, Problem, allocated_threads, run_bench
+from hargo_hpc.bench.sandbox import InfraError
 from hargo_hpc.bench.settings import BenchSettings
 
-REFERENCE_KERNELS = ("naive", "reordered", "blocked", "openmp", "simd")
-
-
-def kernel_source(name: str) -> str:
-    """Source of a shipped kernel (hargo_hpc/bench/kernels/<name>.c)."""
-    return resources.files("hargo_hpc.bench").joinpath("kernels", f"{name}.c").read_text()
-
-
-def openblas_result(
-    settings: BenchSettings, problem: Problem, *, cache_dir: str | None = None
-) -> BenchResult:
-    """OpenBLAS DGEMM timed by the harness (trusted path), or raises InfraError."""
-    found = openblas_library()
-    if not found:
-        raise InfraError("no trusted OpenBLAS (numpy's bundled one, or set HARGO_OPENBLAS)")
-    lib, symbol = found
-    int64 = symbol.endswith("64_") or os.environ.get("HARGO_OPENBLAS_INT64") == "1"
-    code = (
-        f"#define HARGO_CBLAS {symbol}\n#define HARGO_BLASINT {'long' if int64 else 'int'}\n"
-        + kernel_source("openblas")
-    )
-    reps = settings.model_copy(update={"repetitions": max(settings.repetitions, 20)})
-    req = BenchRequest(id="calibrate-openblas", completion=code, problem=problem)
-    link = [lib, f"-Wl,-rpath,{os.path.dirname(lib)}"]
-    res = run_bench(req, reps, cache_dir=cache_dir, trusted_link=link, roof=math.inf)
-    if res.status != "ok":
-        raise InfraError(f"OpenBLAS calibration failed: {res.status}: {res.reason} {res.output}")
-    return res
-
-
-def _store(blas: BenchResult, problem: Problem) -> str:
-    """Store OpenBLAS's best call as the roof of this host, thread count and shape."""
-    record = {"gflops": blas.gflops["max"], "median": blas.gflops["median"]}
-    return str(store_roof(blas.threads, problem.shape, record))
+REFERENCE_KERNELS = SHIPPED_KERNELS
+__all__ = ["REFERENCE_KERNELS", "Row", "calibrate", "kernel_source"]
 
 
 @dataclass
@@ -60,24 +27,35 @@ class Row:
     status: str
     median: float | None
     best: float | None
-    percent_of_roof: float | None
+    percent_of_reference: float | None  # median g / median g_ref of the same run
 
 
 def calibrate(
     settings: BenchSettings, problem: Problem, *, cache_dir: str | None = None
 ) -> tuple[float, list[Row], str]:
-    """(roof GFLOPS, table rows, where the roof was stored).
-
-    Every row's percentage is its median GFLOPS over the roof (OpenBLAS's best call)."""
-    blas = openblas_result(settings, problem, cache_dir=cache_dir)
-    roof = blas.gflops["max"]
-    path = _store(blas, problem)
-    rows = [Row("openblas (roof)", "ok", blas.gflops["median"], roof,
-                100.0 * blas.gflops["median"] / roof)]  # fmt: skip
+    """(roof GFLOPS, table rows, where the roof was stored); the first row is the reference."""
+    rows: list[Row] = []
+    ref_medians: list[float] = []
+    best_ref = 0.0
+    label = ""
     for name in REFERENCE_KERNELS:
         req = BenchRequest(id=f"calibrate-{name}", completion=kernel_source(name), problem=problem)
-        res = run_bench(req, settings, cache_dir=cache_dir, roof=roof)
+        res = run_bench(req, settings, cache_dir=cache_dir)
+        if res.status == "infra_error":
+            raise InfraError(f"calibration of {name} failed: {res.reason}")
         g = res.gflops or {}
-        pct = 100.0 * g["median"] / roof if g else None
+        pct = 100.0 * res.ratio if res.ratio is not None else None
         rows.append(Row(name, res.status, g.get("median"), g.get("max"), pct))
-    return roof, rows, path
+        if res.reference_gflops:
+            ref_medians.append(res.reference_gflops["median"])
+            best_ref = max(best_ref, res.reference_gflops["max"])
+            label = res.reference
+    if not ref_medians:
+        raise InfraError("no shipped kernel ran: no reference timing to calibrate from")
+    ref_medians.sort()
+    median = ref_medians[len(ref_medians) // 2]
+    name = label.split(" ")[0] + " (reference)"
+    rows.insert(0, Row(name, "ok", median, best_ref, 100.0))
+    path = store_roof(allocated_threads(settings), problem.shape,
+                      {"gflops": best_ref, "median": median, "reference": label})  # fmt: skip
+    return best_ref, rows, str(path)

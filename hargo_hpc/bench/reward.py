@@ -10,15 +10,18 @@ Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`
     wrong_result        -10   verification failed, or the inputs were modified
     infra_error        None   the harness/machine failed; never scored, the trainer drops it
 
-Shaping of an `ok` run with median GFLOPS g, roof R (measured, `hargo bench calibrate`) and
-scale s = `reward_scale`:
+Shaping of an `ok` run with median GFLOPS g, the median GFLOPS g_ref of the trusted reference
+timed in the same run (interleaved, same threads: reference.py, judge.c), ρ = min(g / g_ref, 1)
+and scale s = `reward_scale`:
 
-    raw     r = s * g
-    scaled  r = s * 100 * min(g, R) / R          (default: percent of the roof, 0..100)
-    log     r = s * 100 * ln(1 + min(g, R)) / ln(1 + R)
+    raw     r = s * g                               (machine-dependent: for debugging)
+    scaled  r = s * 100 * ρ                          (default: percent of the reference, 0..100)
+    log     r = s * 100 * ln(1 + 9 ρ) / ln(10)       (0..100, concave: early gains count more)
 
-Without a known roof, `scaled` and `log` fall back to `raw`.  A run with g > R * roof_margin is
-flagged `suspicious` and gets reward 0 (a correct kernel cannot beat the machine).
+A run with g > g_ref * reference_margin is flagged `suspicious` and gets reward 0 (a correct
+kernel does not beat OpenBLAS by that much), as is one whose CPU time shows it ran outside the
+timed calls.  Load on the node and the node's speed slow g and g_ref alike, so ρ cancels them;
+no number measured earlier (a stored roof) enters the reward.
 """
 
 from __future__ import annotations
@@ -36,16 +39,17 @@ def penalty(status: str, settings: BenchSettings) -> float | None:
     return float(getattr(settings.penalties, status))
 
 
-def is_suspicious(gflops: float, roof: float | None, settings: BenchSettings) -> bool:
-    return roof is not None and gflops > roof * settings.roof_margin
+def is_suspicious(gflops: float, g_ref: float | None, settings: BenchSettings) -> bool:
+    """g > g_ref * reference_margin (module docstring)."""
+    return g_ref is not None and gflops > g_ref * settings.reference_margin
 
 
-def shaped_reward(gflops: float, roof: float | None, settings: BenchSettings) -> float:
-    """Reward of an `ok` run (see the module docstring)."""
+def shaped_reward(gflops: float, g_ref: float | None, settings: BenchSettings) -> float:
+    """Reward of an `ok` run from g and the same run's g_ref (see the module docstring)."""
     s = settings.reward_scale
-    if settings.shaping == "raw" or roof is None:
+    if settings.shaping == "raw" or g_ref is None:
         return s * gflops
-    g = min(gflops, roof)
+    rho = min(gflops / g_ref, 1.0)
     if settings.shaping == "scaled":
-        return s * 100.0 * g / roof
-    return s * 100.0 * math.log1p(g) / math.log1p(roof)
+        return s * 100.0 * rho
+    return s * 100.0 * math.log1p(9.0 * rho) / math.log(10.0)

@@ -1,7 +1,8 @@
 """One benchmark request, end to end:
 
     extract -> validate source -> build (cached; compile, inspect symbols, link)
-            -> run the driver in the sandbox -> parse its verdict -> status -> reward
+            -> run the judge in the sandbox (candidate and reference, interleaved)
+            -> parse its verdict -> status -> reward (of g / g_ref)
 
 `run_bench` is the dataclass API; `run_request` the dict-in / dict-out contract of the handoff
 worker.  Neither raises for anything the completion does: harness failures become `infra_error`.
@@ -11,6 +12,7 @@ request_timeout_s of the request's start.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -21,19 +23,33 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from hargo_hpc.bench.build import Build, InfraError, build_kernel, compiler_version
+from hargo_hpc.bench.build import (
+    Build,
+    InfraError,
+    build_kernel,
+    compiler_version,
+    harness,
+    resolve_compiler,
+)
 from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.extract import extract_code
+from hargo_hpc.bench.reference import Reference, reference
 from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
-from hargo_hpc.bench.roof import load_roof
-from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed
+from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
+from hargo_hpc.bench.uids import leased_uid
 from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
 
-HARNESS_VERSION = "1.1.0"
+HARNESS_VERSION = "2.0.0"
+# CPU a call may use beyond wall x threads (wake-up and stop windows), before it is flagged
+CPU_SLACK_S = 0.003
+JUDGE_FILE_SIZE = 1 << 40  # RLIMIT_FSIZE of the judge: its memfds are files too
+CPU_SLACK_FACTOR = 1.10
+EXEC_TOO_BIG = (errno.ENOMEM, errno.E2BIG, errno.EFBIG, errno.ENOEXEC, errno.ETXTBSY)
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,9 @@ class BenchResult:
     seed: int | None = None
     input_keys: list[str] = field(default_factory=list)
     suspicious: bool = False
-    roof_gflops: float | None = None
+    reference: str = ""
+    reference_gflops: dict[str, float] | None = None
+    ratio: float | None = None
     threads: int = 0
     compiler: str = ""
     compiler_version: str = ""
@@ -140,15 +158,9 @@ def run_request(
 
 
 def run_bench(
-    req: BenchRequest,
-    settings: BenchSettings,
-    *,
-    cache_dir: str | None = None,
-    trusted_link: list[str] | None = None,
-    roof: float | None = None,
+    req: BenchRequest, settings: BenchSettings, *, cache_dir: str | None = None
 ) -> BenchResult:
-    """Benchmark one request (see module docstring).  `trusted_link` is for the project's own
-    calibration kernels only: it skips validation and links the given libraries."""
+    """Benchmark one request (see module docstring); never raises."""
     start = time.monotonic()
     deadline = start + settings.request_timeout_s
     p = req.problem
@@ -158,7 +170,8 @@ def run_bench(
         flags=list(settings.flags), stage=req.stage,
     )  # fmt: skip
     try:
-        _run(req, settings, res, cache_dir, trusted_link, roof, deadline)
+        with leased_uid(settings.sandbox_uids) as uid:
+            _run(req, settings, res, cache_dir, uid, deadline)
     except Violation as v:
         res.status, res.reason = "format_violation", str(v)
     except InfraError as err:
@@ -168,16 +181,23 @@ def run_bench(
         res.reason = f"harness error: {type(err).__name__}: {err}"
         res.output = traceback.format_exc()[-settings.output_cap_bytes :]
     if res.status == "ok":
-        res.suspicious = is_suspicious(res.gflops["median"], res.roof_gflops, settings)
-        res.reward = 0.0 if res.suspicious else shaped_reward(
-            res.gflops["median"], res.roof_gflops, settings
-        )
-        if res.suspicious:
-            res.reason = f"{res.gflops['median']:.1f} GFLOPS is above the roof: not rewarded"
+        _reward_ok(res, settings)
     else:
         res.reward = penalty(res.status, settings)
     res.elapsed_s = round(time.monotonic() - start, 4)
     return res
+
+
+def _reward_ok(res: BenchResult, settings: BenchSettings) -> None:
+    """Reward of an `ok` run from g / g_ref of this run (reward.py); 0 when suspicious."""
+    g = res.gflops["median"]
+    g_ref = res.reference_gflops["median"] if res.reference_gflops else None
+    res.ratio = round(g / g_ref, 6) if g_ref else None
+    if is_suspicious(g, g_ref, settings):
+        res.suspicious = True
+        res.reason = (f"{g:.1f} GFLOPS is more than {settings.reference_margin:g} x the "
+                      f"reference's {g_ref:.1f} in the same run: not rewarded")  # fmt: skip
+    res.reward = 0.0 if res.suspicious else shaped_reward(g, g_ref, settings)
 
 
 def _run(
@@ -185,8 +205,7 @@ def _run(
     settings: BenchSettings,
     res: BenchResult,
     cache_dir: str | None,
-    trusted_link: list[str] | None,
-    roof: float | None,
+    uid: int | None,
     deadline: float,
 ) -> None:
     try:
@@ -203,19 +222,19 @@ def _run(
         raise Violation("the completion is not valid UTF-8 text") from None
     res.code_hash = hashlib.sha256(code.encode()).hexdigest()
     res.techniques = detect_techniques(code)
-    if trusted_link is None:
-        check_source(code, extracted.language)
-        check_forbidden(res.techniques, res.forbidden)
+    check_source(code, extracted.language)
+    check_forbidden(res.techniques, res.forbidden)
     res.compiler_version = compiler_version(settings.compiler)
     cache = CompileCache(cache_dir or settings.cache_dir or None)
+    ids = sandbox_ids(settings.sandbox_user, uid)
     budget = min(settings.compile_timeout_s, deadline - time.monotonic())
-    build = build_kernel(code, settings, cache, timeout_s=budget, trusted_link=trusted_link)
+    build = build_kernel(code, settings, cache, timeout_s=budget, ids=ids)
     res.cache_hit, res.output = build.cache_hit, build.output
     res.compile_s = round(build.seconds, 4)
     if build.verdict != "built":
         res.status, res.reason = build.verdict, build.reason
         return
-    if "openmp" in res.forbidden and build.openmp and trusted_link is None:
+    if "openmp" in res.forbidden and build.openmp:
         # the pragma got past the source detector (macros, _Pragma): the object still calls
         # the OpenMP runtime
         if "openmp" not in res.techniques:
@@ -224,26 +243,25 @@ def _run(
             "uses technique(s) forbidden at this stage: openmp "
             f"(the object calls {', '.join(build.openmp[:3])})"
         )
+    ref = reference(settings, cache, max(1.0, deadline - time.monotonic()))
+    res.reference = ref.label
     budget = min(settings.run_timeout_s, deadline - time.monotonic())
     if budget <= 0:
         res.status, res.reason = "timeout", "the request's time budget ran out before the run"
         return
-    _execute(build, req.problem, settings, res, budget)
-    if res.status == "ok":
-        # never measured here: a request's deadline holds no calibration (`hargo bench calibrate`)
-        res.roof_gflops = roof or settings.roof_gflops or load_roof(res.threads, req.problem.shape)
+    judge = harness(cache, resolve_compiler(settings.compiler)).judge
+    _execute(judge, build, ref, req.problem, settings, res, budget, ids)
 
 
 def _execute(
-    build: Build, p: Problem, settings: BenchSettings, res: BenchResult, timeout: float
+    judge: Path, build: Build, ref: Reference, p: Problem, settings: BenchSettings,
+    res: BenchResult, timeout: float, ids: tuple[int, int] | None,
 ) -> None:
-    """Run the linked driver+kernel once in a fresh directory and turn its verdict into status."""
+    """Run the judge on the candidate and the reference once, in a fresh directory, and turn
+    its verdict into status, timings and the reference's GFLOPS."""
     t = res.threads
     workdir = tempfile.mkdtemp(prefix="hargo-run-")
     try:
-        binary = os.path.join(workdir, "gemm.bin")
-        shutil.copyfile(build.binary, binary)
-        os.chmod(binary, 0o755)
         omp = {"OMP_NUM_THREADS": str(t), "OMP_THREAD_LIMIT": str(t), "OMP_DYNAMIC": "false",
                "OPENBLAS_NUM_THREADS": str(t)}  # fmt: skip
         if settings.proc_bind:
@@ -255,27 +273,26 @@ def _execute(
             cpu_s=int(timeout * t) + 1,
             address_space_mb=settings.memory_limit_mb,
             processes=settings.max_processes,
-            file_size_bytes=settings.output_limit_bytes,
+            file_size_bytes=JUDGE_FILE_SIZE,  # its memfds; it lowers the limit for the kernel
             open_files=32,
             stack_mb=8,
         )
-        # 0: the driver draws every call's inputs from getrandom (keys in `input_keys`);
+        # 0: the judge draws every call's inputs from getrandom (keys in `input_keys`);
         # a fixed seed reproduces a run but is predictable to the kernel (debugging only)
         res.seed = settings.seed
-        argv = [binary, str(p.M), str(p.N), str(p.K), *map(str, p.check),
-                str(settings.warmup), str(settings.repetitions), str(res.seed)]  # fmt: skip
-        out = run_sandboxed(
-            argv, workdir, limits, base_env(workdir, omp), user=settings.sandbox_user,
-            channel_fd=True, output_cap=settings.output_cap_bytes,
-        )  # fmt: skip
+        uid, gid = ids if ids else (-1, -1)
+        argv = [str(judge), str(build.binary), str(ref.binary), str(p.M), str(p.N), str(p.K),
+                *map(str, p.check), str(settings.warmup), str(settings.repetitions),
+                str(res.seed), str(uid), str(gid), str(t),
+                str(int(settings.untimed_call_timeout_s * 1000)), str(int(timeout * 1000)),
+                str(settings.output_limit_bytes)]  # fmt: skip
+        out = run_sandboxed(argv, workdir, limits, base_env(workdir, omp), ids=None,
+                            channel_fd=True, output_cap=settings.output_cap_bytes)  # fmt: skip
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     res.run_s = round(out.wall_s, 4)
     lines = out.channel.splitlines()
-    res.sandbox = [*out.layers, *(["seccomp"] if "SANDBOX seccomp=on" in lines else [])]
-    res.sandbox_unavailable = list(out.unavailable)
-    if "SANDBOX seccomp=off" in lines:
-        res.sandbox_unavailable.append("seccomp (not supported on this machine)")
+    _sandbox_layers(res, out.layers, out.unavailable, lines)
     if out.output:
         res.output = (res.output + "\n" if res.output else "") + out.output
     ready = "READY" in lines
@@ -283,11 +300,15 @@ def _execute(
     sig, code = out.signal, out.returncode
     child = next((ln.split() for ln in lines if ln.startswith("CHILD ")), None)
     if ready and child and len(child) == 3 and child[2].lstrip("-").isdigit():
-        # the kernel's process died; the judge (parent) reported how
-        if child[1] == "signal":
-            sig, code = int(child[2]), None
+        # the kernel's process died; the judge reported how
+        kind, number = child[1], int(child[2])
+        if kind == "exec":
+            _exec_failed(res, number)
+            return
+        if kind == "signal":
+            sig, code = number, None
         else:
-            sig, code, verdict = None, int(child[2]), None
+            sig, code, verdict = None, number, None
     if out.timed_out:
         res.status, res.reason = "timeout", f"run exceeded {timeout:g} s (process group killed)"
     elif sig == signal.SIGXCPU:
@@ -303,41 +324,104 @@ def _execute(
         infra = next((ln[6:] for ln in lines if ln.startswith("INFRA ")), None)
         res.status = "infra_error"
         res.reason = infra or (
-            f"the driver did not start (exit status {code}"
+            f"the judge did not start (exit status {code}"
             + (f", {signal_name(sig)})" if sig is not None else ")")
         )
     elif verdict == "ok" and code == 0:
-        try:
-            times = [float(ln.split()[1]) for ln in lines if ln.startswith("TIME ")]
-        except (IndexError, ValueError):
-            times = []
-        if len(times) != settings.repetitions or not all(
-            math.isfinite(t) and t > 0 for t in times
-        ):
-            res.status, res.reason = "runtime_error", "the driver's timing record is damaged"
-            return
-        med = statistics.median(times)
-        res.times_s = {"median": med, "min": min(times), "max": max(times), "all": times}
-        res.gflops = {
-            "median": round(p.flops / med / 1e9, 4),
-            "min": round(p.flops / max(times) / 1e9, 4),
-            "max": round(p.flops / min(times) / 1e9, 4),
-        }
-        keys = next((ln.split()[1:] for ln in lines if ln.startswith("KEYS ")), [])
-        res.input_keys = keys[:64]
-        res.status = "ok"
+        _timings(res, lines, p, settings, out.wall_s)
     elif verdict is not None and verdict.startswith("infra"):
-        # only the parent (trusted) holds fd 3: a harness failure after READY is still one
+        # only the judge (trusted) holds fd 3: a harness failure after READY is still one
         res.status, res.reason = "infra_error", verdict.removeprefix("infra ")
     elif verdict is not None and verdict.startswith(("wrong", "inputs")):
         res.status, res.reason = "wrong_result", verdict.removeprefix("wrong ")
     elif verdict is not None and verdict.startswith("memory"):
         res.status, res.reason = "runtime_error", verdict.removeprefix("memory ")
+    elif verdict is not None and verdict.startswith("timeout"):
+        res.status, res.reason = "timeout", verdict.removeprefix("timeout ")
     elif code == 0:
         res.status = "runtime_error"
-        res.reason = "the process exited before the harness finished (exit() in the kernel?)"
+        res.reason = "the kernel's process exited before the judge finished (exit() in the kernel?)"
     else:
         res.status, res.reason = "runtime_error", f"exit status {code}"
+
+
+def _sandbox_layers(res: BenchResult, layers: list[str], unavailable: list[str],
+                    lines: list[str]) -> None:  # fmt: skip
+    """The layers in force for the candidate: the sandbox's, the judge's uid drop and filter."""
+    res.sandbox, res.sandbox_unavailable = list(layers), list(unavailable)
+    facts = next((ln.split()[1:] for ln in lines if ln.startswith("SANDBOX ")), [])
+    info = dict(f.split("=", 1) for f in facts if "=" in f)
+    if info.get("uid", "-1") != "-1":
+        res.sandbox.append(f"uid:{info['uid']}")
+    else:
+        res.sandbox_unavailable.append("uid (the worker is not root: the kernel keeps its uid)")
+    if info.get("seccomp") == "on":
+        res.sandbox.append("seccomp")
+    elif info.get("seccomp") == "off":
+        res.sandbox_unavailable.append("seccomp (not supported on this machine)")
+    if info.get("rt") == "on":
+        res.sandbox.append("rt-priority")
+    elif info.get("rt") == "off":
+        res.sandbox_unavailable.append(
+            "rt-priority (not permitted: other load on the node slows threaded kernels and the "
+            "reference unevenly)"
+        )
+
+
+def _exec_failed(res: BenchResult, number: int) -> None:
+    """The judge could not load the kernel's binary: too large (its own static data) is the
+    completion's failure; anything else is the machine's."""
+    why = os.strerror(number) if number > 0 else f"errno {number}"
+    if number in EXEC_TOO_BIG:
+        res.status = "runtime_error"
+        res.reason = (f"the kernel's binary cannot be loaded: {why} (static data over the "
+                      "memory limit?)")  # fmt: skip
+    else:
+        res.status, res.reason = "infra_error", f"cannot load the kernel's binary: {why}"
+
+
+def _timings(res: BenchResult, lines: list[str], p: Problem, settings: BenchSettings,
+             wall_s: float) -> None:  # fmt: skip
+    """Status ok with the candidate's and the reference's GFLOPS, after the tripwires: a damaged
+    or impossible timing record is refused; CPU outside the timed window is flagged."""
+    try:
+        times = [float(ln.split()[1]) for ln in lines if ln.startswith("TIME ")]
+        ref_times = [float(ln.split()[1]) for ln in lines if ln.startswith("REF ")]
+        cpu = [(float(ln.split()[1]), float(ln.split()[2])) for ln in lines
+               if ln.startswith("CPU ")]  # fmt: skip
+    except (IndexError, ValueError):
+        times, ref_times, cpu = [], [], []
+    n = settings.repetitions
+    if len(times) != n or len(ref_times) != n or not all(
+        math.isfinite(x) and x > 0 for x in (*times, *ref_times)
+    ):
+        res.status, res.reason = "runtime_error", "the judge's timing record is damaged"
+        return
+    if sum(times) + sum(ref_times) > wall_s:
+        res.status = "runtime_error"
+        total = sum(times) + sum(ref_times)
+        res.reason = (f"impossible timing record: the timed calls sum to {total:.3f} s in a "
+                      f"run of {wall_s:.3f} s")  # fmt: skip
+        return
+    res.times_s = {"median": statistics.median(times), "min": min(times), "max": max(times),
+                   "all": times, "reference": ref_times}  # fmt: skip
+    res.gflops = _gflops(p, times)
+    res.reference_gflops = _gflops(p, ref_times)
+    over = [(c, w) for c, w in cpu if c > w * res.threads * CPU_SLACK_FACTOR + CPU_SLACK_S]
+    if over:
+        c, w = over[0]
+        res.suspicious = True
+        res.reason = (f"the kernel used {c * 1e3:.1f} ms of CPU in a call of {w * 1e3:.1f} ms "
+                      f"on {res.threads} thread(s): it ran outside the timed window")  # fmt: skip
+    keys = next((ln.split()[1:] for ln in lines if ln.startswith("KEYS ")), [])
+    res.input_keys = keys[:64]
+    res.status = "ok"
+
+
+def _gflops(p: Problem, times: list[float]) -> dict[str, float]:
+    med = statistics.median(times)
+    return {"median": round(p.flops / med / 1e9, 4), "min": round(p.flops / max(times) / 1e9, 4),
+            "max": round(p.flops / min(times) / 1e9, 4)}  # fmt: skip
 
 
 def signal_name(number: int) -> str:

@@ -8,11 +8,12 @@ Layers (each listed in the result record when in force; see docs/bench.md for wh
 ``env``      a scrubbed environment (PATH, LANG, and what the harness sets; nothing inherited).
 ``rlimits``  address space, CPU seconds, processes, file size, open files, no core files.
 ``netns``    a new, empty network namespace (only loopback, down) - needs root or user namespaces.
-``uid``      when the worker runs as root: setgroups([]), setgid/setuid to an unprivileged user
-             (default ``nobody``); the run directory is handed to that user.
-``seccomp``  set by the driver (driver.c) in its kernel process, after the fork and before any
-             kernel code; the judge process that writes the verdict is never filtered nor shares
-             memory with the kernel beyond the buffers.
+``uid``      when the worker runs as root: setgroups([]), setgid/setuid to the request's own uid
+             (uids.py; the compile) - the judge keeps the worker's uid and drops its kernel
+             process to that uid itself; the run directory is handed to that user.
+``seccomp``  set by the judge (judge.c) in its kernel process after the fork and the uid drop,
+             before the kernel's binary is loaded; the judge, which writes the verdict, never
+             maps the kernel's code and shares only the buffers with it.
 """
 
 from __future__ import annotations
@@ -123,9 +124,14 @@ def netns_mode() -> str | None:
     return _NETNS  # type: ignore[return-value]
 
 
-def sandbox_ids(user: str) -> tuple[int, int] | None:
-    """(uid, gid) to drop to, when running as root and `user` exists."""
-    if os.geteuid() != 0 or not user:
+def sandbox_ids(user: str, leased: int | None = None) -> tuple[int, int] | None:
+    """(uid, gid) to drop to when running as root: the request's leased uid (`uids.py`, its
+    own gid too), else `user`'s; None without root (or without such a user)."""
+    if os.geteuid() != 0:
+        return None
+    if leased is not None:
+        return leased, leased
+    if not user:
         return None
     try:
         pw = pwd.getpwnam(user)
@@ -140,24 +146,24 @@ def run_sandboxed(
     limits: Limits,
     env: dict[str, str],
     *,
-    user: str = "nobody",
+    ids: tuple[int, int] | None = None,
     network: bool = False,
     channel_fd: bool = False,
     output_cap: int = 4096,
 ) -> Outcome:
     """Run `argv` in `workdir` under the layers above; never raises for the command's behaviour.
 
+    `ids` (uid, gid) to drop to before the exec (None: keep the worker's; the judge keeps it and
+    drops its kernel process itself).
+
     stdout and stderr go to `workdir/output.txt` (RLIMIT_FSIZE bounds it); with `channel_fd` the
     file `workdir/channel.txt` is open as fd 3 for the driver's verdict.
     """
     layers = ["tempdir", "pgroup", "env", "rlimits"]
     unavailable: list[str] = []
-    ids = sandbox_ids(user)
     if ids:
         os.chown(workdir, *ids)
-        layers.append(f"uid:{user}")
-    else:
-        unavailable.append("uid (worker is not root)" if os.geteuid() else f"uid (no user {user})")
+        layers.append(f"uid:{ids[0]}")
     ns = None if network else netns_mode()
     if ns:
         layers.append("netns")

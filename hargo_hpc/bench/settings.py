@@ -47,11 +47,18 @@ class BenchSettings(BaseModel):
     output_cap_bytes: int = Field(4096, gt=0)
     shaping: Literal["raw", "scaled", "log"] = "scaled"
     reward_scale: float = Field(1.0, gt=0)
-    roof_gflops: float | None = Field(
-        None, gt=0, description="plausibility cap; None = the roof from `hargo bench calibrate`"
+    reference: str = Field(
+        "auto",
+        description="DGEMM timed next to every candidate: auto (numpy's OpenBLAS, else the "
+        "shipped openmp kernel), openblas, or a shipped kernel's name",
     )
-    roof_margin: float = Field(
-        1.10, ge=1.0, description="GFLOPS above roof * margin are flagged suspicious, not rewarded"
+    reference_margin: float = Field(
+        1.10, ge=1.0,
+        description="GFLOPS above margin x the reference's of the same run are flagged "
+        "suspicious, not rewarded",
+    )
+    untimed_call_timeout_s: float = Field(
+        5.0, gt=0, description="limit of each untimed call (warm-up, check) and of start-up"
     )
     seed: int = Field(
         0,
@@ -60,8 +67,12 @@ class BenchSettings(BaseModel):
         "run but the kernel can read it: debugging only",
     )
     cache_dir: str = Field("", description="compile cache; '' = $XDG_CACHE_HOME/hargo-hpc/bench")
+    sandbox_uids: str = Field(
+        "61000-61999",
+        description="uids leased one per request when the worker is root ('' = sandbox_user)",
+    )
     sandbox_user: str = Field(
-        "nobody", description="unprivileged user the code runs as when the worker is root"
+        "nobody", description="the user compiles run as when sandbox_uids is ''"
     )
     compile_memory_limit_mb: int = Field(4096, gt=0)
     output_limit_bytes: int = Field(

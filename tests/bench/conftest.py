@@ -48,5 +48,7 @@ def settings() -> BenchSettings:
         run_timeout_s=3.0,
         request_timeout_s=30.0,
         memory_limit_mb=1024,
-        roof_gflops=1000.0,
+        # at these tiny sizes OpenBLAS's thread start-up dominates and a shipped kernel may beat
+        # it: no test is about the margin except the one that sets it
+        reference_margin=100.0,
     )

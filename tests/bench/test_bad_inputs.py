@@ -66,9 +66,11 @@ CASES: dict[str, tuple[str, str]] = {
                "#include <stdio.h>"),
         "format_violation",
     ),
+    # open() fails with EACCES under the filter (runtimes that probe /sys fall back): nothing
+    # can be read or written; the kernel still computes, so the run is ok (and nothing leaks)
     "raw_write_file": (
         kernel(f'raw3(2, (long)"{PWNED}", 0101, 0644);' + CORRECT_BODY, RAW_SYSCALL),
-        "runtime_error",
+        "ok",
     ),
     "read_passwd": (
         kernel('FILE *f = fopen("/etc/passwd", "r"); C[0] = f ? fgetc(f) : 0;',
@@ -76,8 +78,9 @@ CASES: dict[str, tuple[str, str]] = {
         "format_violation",
     ),
     "raw_read_passwd": (
-        kernel('raw3(2, (long)"/etc/passwd", 0, 0);' + CORRECT_BODY, RAW_SYSCALL),
-        "runtime_error",
+        kernel(CORRECT_BODY + 'if (raw3(2, (long)"/etc/passwd", 0, 0) >= 0) C[0] = 1e300;',
+               RAW_SYSCALL),
+        "ok",  # the open failed (else C[0] would be overwritten: wrong_result)
     ),
     "socket": (
         kernel("int s = socket(2, 1, 0); (void)s;" + CORRECT_BODY, "#include <sys/socket.h>"),

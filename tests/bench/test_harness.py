@@ -16,7 +16,8 @@ from hargo_hpc.bench.roof import load_roof, roof_file
 
 FIELDS = {
     "request_id", "status", "reward", "reason", "code_hash", "problem", "size", "check_size",
-    "gflops", "times_s", "seed", "input_keys", "suspicious", "roof_gflops", "threads", "compiler",
+    "gflops", "times_s", "seed", "input_keys", "suspicious", "reference", "reference_gflops",
+    "ratio", "threads", "compiler",
     "compiler_version", "flags", "techniques", "forbidden", "stage", "cache_hit", "compile_s",
     "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable", "harness_version",
 }  # fmt: skip
@@ -27,9 +28,13 @@ def test_reference_kernels_are_ok(name, settings, cache_dir, run_tmp) -> None:
     rec = run_request({"id": name, "completion": kernel_source(name)}, settings,
                       cache_dir=cache_dir)  # fmt: skip
     assert rec["status"] == "ok", (rec["reason"], rec["output"])
-    g = rec["gflops"]
+    g, ref = rec["gflops"], rec["reference_gflops"]
     assert 0 < g["min"] <= g["median"] <= g["max"] < 1000
-    assert rec["reward"] == pytest.approx(100 * g["median"] / 1000.0)
+    assert 0 < ref["min"] <= ref["median"] <= ref["max"] < 1000
+    assert rec["reference"].startswith("openblas (libscipy_openblas")
+    assert rec["ratio"] == pytest.approx(g["median"] / ref["median"], rel=1e-3)
+    assert rec["reward"] == pytest.approx(100 * min(g["median"] / ref["median"], 1.0), rel=1e-3)
+    assert len(rec["times_s"]["reference"]) == settings.repetitions
     assert set(rec) == FIELDS
     json.dumps(rec)  # JSON-able
     assert list(run_tmp.iterdir()) == []
@@ -54,8 +59,10 @@ def test_record_fields_and_sandbox_layers(settings, cache_dir, run_tmp) -> None:
                                                  rel=1e-3)  # fmt: skip
     for layer in ("tempdir", "pgroup", "env", "rlimits"):
         assert layer in rec["sandbox"]
-    if os.geteuid() == 0:
-        assert "uid:nobody" in rec["sandbox"] and "netns" in rec["sandbox"]
+    if os.geteuid() == 0:  # its own uid from bench.sandbox_uids, real-time priority, no network
+        uids = [int(x[4:]) for x in rec["sandbox"] if x.startswith("uid:")]
+        assert uids and all(61000 <= u <= 61999 for u in uids), rec["sandbox"]
+        assert "netns" in rec["sandbox"] and "rt-priority" in rec["sandbox"]
     assert "seccomp" in rec["sandbox"] or rec["sandbox_unavailable"]
 
 
@@ -80,11 +87,15 @@ def test_compile_errors_are_cached_too(settings, tmp_path, run_tmp) -> None:
     assert again["status"] == "compile_error" and again["cache_hit"]
 
 
-def test_above_the_roof_is_suspicious_and_not_rewarded(settings, cache_dir, run_tmp) -> None:
-    low_roof = settings.model_copy(update={"roof_gflops": 0.001})
-    rec = run_request({"id": "s", "completion": kernel_source("openmp")}, low_roof,
+def test_far_above_the_reference_is_suspicious_and_not_rewarded(settings, cache_dir,
+                                                                 run_tmp) -> None:  # fmt: skip
+    slow_ref = settings.model_copy(update={"reference": "naive", "reference_margin": 1.1,
+                                           "size": 96})  # fmt: skip
+    rec = run_request({"id": "s", "completion": kernel_source("blocked")}, slow_ref,
                       cache_dir=cache_dir)  # fmt: skip
-    assert rec["status"] == "ok" and rec["suspicious"] and rec["reward"] == 0.0
+    assert rec["reference"] == "kernel:naive"
+    assert rec["status"] == "ok" and rec["ratio"] > 1.1, rec
+    assert rec["suspicious"] and rec["reward"] == 0.0 and "reference" in rec["reason"]
 
 
 def test_infra_errors_are_not_scored(settings, cache_dir, run_tmp) -> None:
@@ -106,8 +117,8 @@ def test_request_budget_bounds_the_whole_request(settings, cache_dir, run_tmp) -
     assert rec["status"] == "timeout" and rec["elapsed_s"] < 4
 
 
-def test_without_root_layers_are_reported_missing(settings, cache_dir, run_tmp) -> None:
-    nobody = settings.model_copy(update={"sandbox_user": "no-such-user-hargo"})
+def test_without_a_sandbox_uid_layers_are_reported_missing(settings, cache_dir, run_tmp) -> None:
+    nobody = settings.model_copy(update={"sandbox_uids": "", "sandbox_user": "no-such-user-hargo"})
     rec = run_request({"id": "u", "completion": kernel_source("naive")}, nobody,
                       cache_dir=cache_dir)  # fmt: skip
     assert rec["status"] == "ok"
@@ -148,13 +159,17 @@ def test_cli_calibrate_prints_table_and_stores_roof(cache_dir, run_tmp) -> None:
     assert load_roof(len(os.sched_getaffinity(0)), "96") > 0
 
 
-def test_no_calibration_inside_a_request(settings, cache_dir, run_tmp) -> None:
-    """Without a known roof a request is rewarded raw GFLOPS; it never measures or stores one."""
-    unknown = settings.model_copy(update={"roof_gflops": None, "size": 80})
-    before = Path(roof_file()).read_bytes() if Path(roof_file()).exists() else None
-    rec = run_request({"id": "a", "completion": kernel_source("naive")}, unknown,
+def test_a_stored_roof_never_changes_a_reward(settings, cache_dir, run_tmp) -> None:
+    """A roof file claiming 1 GFLOPS (say, measured under load): the blocked kernel is still ok
+    and rewarded by the reference of its own run; nothing is measured or stored."""
+    threads = len(os.sched_getaffinity(0))
+    Path(roof_file()).write_text(json.dumps({
+        f"{os.uname().nodename}/threads={threads}/size={s}": {"gflops": 1.0, "median": 1.0}
+        for s in ("64", "80", "256")}))  # fmt: skip
+    before = Path(roof_file()).read_bytes()
+    rec = run_request({"id": "a", "completion": kernel_source("blocked")}, settings,
                       cache_dir=cache_dir)  # fmt: skip
-    assert rec["status"] == "ok" and rec["roof_gflops"] is None
-    assert rec["reward"] == pytest.approx(rec["gflops"]["median"])
-    after = Path(roof_file()).read_bytes() if Path(roof_file()).exists() else None
-    assert after == before
+    assert load_roof(threads, "64") == 1.0
+    assert rec["status"] == "ok" and not rec["suspicious"] and rec["reward"] > 0
+    assert rec["gflops"]["median"] > 1.0  # above the stored "roof", and still rewarded
+    assert Path(roof_file()).read_bytes() == before

@@ -30,8 +30,7 @@ def run(name: str, settings: BenchSettings, cache_dir: str, **extra) -> dict:
 @pytest.fixture(scope="module")
 def honest_gflops(scratch_root: Path) -> float:
     """GFLOPS of the honest i-k-j kernel (what h_precompute and m_got really compute)."""
-    settings = BenchSettings(size=64, check_size=37, warmup=1, repetitions=2,
-                             roof_gflops=1000.0)  # fmt: skip
+    settings = BenchSettings(size=64, check_size=37, warmup=1, repetitions=2)
     rec = run_request({"id": "honest", "completion": kernel_source("reordered")}, settings,
                       cache_dir=str(scratch_root / "cache"))  # fmt: skip
     assert rec["status"] == "ok", rec["reason"]
@@ -57,13 +56,15 @@ def test_got_hijack_cannot_fake_the_clock(settings, cache_dir, run_tmp, honest_g
 # 3, 4: predicting the Freivalds vectors / precomputing future inputs from the seed
 @pytest.mark.parametrize("name", ["g_freivalds.c", "g2_freivalds_throttled.c"])
 def test_predicted_freivalds_vectors_fail(name, settings, cache_dir, run_tmp) -> None:
+    # the seed they look for in argv is no longer there (the judge's argv is another process's,
+    # keys come from getrandom through ChaCha20): they crash searching for it, or compute junk
     rec = run(name, settings, cache_dir)
-    assert rec["status"] == "wrong_result", (rec["status"], rec["reason"])
+    assert rec["status"] in ("wrong_result", "runtime_error"), (rec["status"], rec["reason"])
 
 
 def test_precomputed_inputs_gain_nothing(settings, cache_dir, run_tmp, honest_gflops) -> None:
     rec = run("h_precompute.c", settings, cache_dir)
-    assert rec["status"] in ("ok", "wrong_result"), (rec["status"], rec["reason"])
+    assert rec["status"] in ("ok", "wrong_result", "runtime_error"), (rec["status"], rec["reason"])
     if rec["status"] == "ok":
         assert rec["gflops"]["median"] < 3 * honest_gflops, rec["gflops"]
     assert rec["seed"] == 0 and len(rec.get("input_keys") or ["x"] * 4) == 4  # 1 + 2 + 1 calls

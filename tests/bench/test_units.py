@@ -159,13 +159,14 @@ def test_reward_shaping_and_penalties() -> None:
     assert penalty("format_violation", s) == -100 and penalty("compile_error", s) == -40
     assert penalty("timeout", s) == -30 and penalty("runtime_error", s) == -20
     assert penalty("wrong_result", s) == -10 and penalty("infra_error", s) is None
-    assert shaped_reward(30.0, 60.0, s) == pytest.approx(50.0)  # scaled: % of roof
+    assert shaped_reward(30.0, 60.0, s) == pytest.approx(50.0)  # scaled: % of the reference
     assert shaped_reward(90.0, 60.0, s) == pytest.approx(100.0)
     raw = s.model_copy(update={"shaping": "raw", "reward_scale": 0.5})
     assert shaped_reward(30.0, 60.0, raw) == pytest.approx(15.0)
     log = s.model_copy(update={"shaping": "log"})
     assert shaped_reward(60.0, 60.0, log) == pytest.approx(100.0)
-    assert shaped_reward(7.0, 63.0, log) == pytest.approx(100 * math.log(8) / math.log(64))
+    # ρ = 7 / 63 = 1/9: 100 ln(1 + 9/9) / ln 10 = 100 log10(2)
+    assert shaped_reward(7.0, 63.0, log) == pytest.approx(100 * math.log10(2))
     assert shaped_reward(10.0, None, s) == 10.0
     assert is_suspicious(67.0, 60.0, s) and not is_suspicious(65.0, 60.0, s)
     assert not is_suspicious(1e9, None, s)
