@@ -12,6 +12,8 @@ import pytest
 from hargo_hpc.bench import run_request
 from hargo_hpc.bench.settings import BenchSettings
 
+from .procs import sandbox_processes
+
 SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
 CORRECT_BODY = """
     for (int i = 0; i < M; i++)
@@ -259,22 +261,6 @@ def test_bad_input(name: str, settings: BenchSettings, cache_dir: str, run_tmp: 
     assert rec["elapsed_s"] < settings.compile_timeout_s + settings.run_timeout_s + 5
     assert list(run_tmp.iterdir()) == [], "the harness left files in its temp root"
     assert sandbox_processes() == [], "a sandboxed process survived its run"
-
-
-def sandbox_processes() -> list[str]:
-    """Processes of the sandbox user (nobody) still alive; [] when not running as root."""
-    if os.geteuid() != 0:
-        return []
-    found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        uid = next((ln.split()[1] for ln in text.splitlines() if ln.startswith("Uid:")), "")
-        if uid == "65534" and "State:\tZ" not in text:
-            found.append(text.splitlines()[0])
-    return found
 
 
 def test_thousand_threads_are_capped(settings, cache_dir, run_tmp) -> None:

@@ -1,0 +1,26 @@
+"""Which sandboxed processes are still alive (tests assert none survive their run)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.uids import parse_range
+
+
+def sandbox_processes() -> list[str]:
+    """Live processes of a sandbox uid (the leased range, or nobody); [] when not root."""
+    if os.geteuid() != 0:
+        return []
+    uids = {*map(str, parse_range(BenchSettings().sandbox_uids)), "65534"}
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        uid = next((ln.split()[1] for ln in text.splitlines() if ln.startswith("Uid:")), "")
+        if uid in uids and "State:\tZ" not in text:
+            found.append(text.splitlines()[0])
+    return found
