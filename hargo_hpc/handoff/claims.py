@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hargo_hpc.handoff.errors import describe
-from hargo_hpc.handoff.layout import list_names, parse_claim_name
+from hargo_hpc.handoff.layout import list_names, parse_claim_name, parse_result_name
 
 
 @dataclass
@@ -69,7 +69,9 @@ class ClaimIndex:
     """`scan_claims` for repeated listings: only names not seen before are parsed.
 
     Claim files are only ever added while a step is open; if a name vanishes (compaction, or
-    a claim undone because the result was already there) the index starts over.
+    a claim undone because the result was already there) the index starts over. Temp names
+    are parsed (and skipped) each time they are listed, never remembered, so that one renamed
+    into place does not look like a claim that vanished.
     """
 
     def __init__(self) -> None:
@@ -77,17 +79,38 @@ class ClaimIndex:
         self._attempts: dict[str, Attempts] = {}
 
     def update(self, directory: Path) -> dict[str, Attempts]:
-        current = set(list_names(directory))
-        if self._names - current:
+        current = set(list_names(directory, hidden=True))
+        if not self._names <= current:
             self._names, self._attempts = set(), {}
         for name in current - self._names:
-            parsed = parse_claim_name(name)
+            parsed = parse_claim_name(name)  # None for temp names and strangers
             if parsed is not None:
                 rid, attempt, state = parsed
                 found = self._attempts.setdefault(rid, Attempts())
                 found.states.setdefault(attempt, set()).add(state)
-        self._names = current
+                self._names.add(name)
         return self._attempts
+
+
+class ResultIndex:
+    """The request ids that have a file in `results/`, from repeated listings: only names not
+    seen before are parsed. If a name vanishes (the trainer moved a corrupt result aside, or
+    compaction) the index starts over."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self.done: set[str] = set()
+
+    def update(self, directory: Path) -> set[str]:
+        current = set(list_names(directory, hidden=True))
+        if not self._names <= current:
+            self._names, self.done = set(), set()
+        for name in current - self._names:
+            rid = parse_result_name(name)  # None for temp names
+            if rid is not None:
+                self.done.add(rid)
+                self._names.add(name)
+        return self.done
 
 
 class LeaseObserver:

@@ -142,15 +142,15 @@ def worker(
     cache_dir = (bench.cache_dir or None) if bench is not None else None
     run = _load_workload(workload) if workload else _call(bench_workload, bench, cache_dir)
     try:
-        reason = Worker(
+        stopped = Worker(
             directory, run, settings=settings,
             threads=threads or settings.worker_threads,
             max_requests=max_requests, worker_id=worker_id,
         ).run()
     except HandoffError as err:
         raise UsageFailure(str(err)) from None
-    click.echo(f"worker stopped: {reason}", err=True)
-    if Worker.failed(reason):
+    click.echo(f"worker stopped: {stopped}", err=True)
+    if stopped.failed:  # a workload thread crashed: exit status 1
         sys.exit(1)
 
 

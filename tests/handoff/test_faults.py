@@ -19,6 +19,7 @@ from hargo_hpc.handoff import HandoffError, HandoffSettings, Trainer, Worker, at
 from hargo_hpc.handoff import trainer as trainer_module
 from hargo_hpc.handoff.claims import ClaimIndex, LeaseObserver, scan_claims
 from hargo_hpc.handoff.commands import worker as worker_command
+from hargo_hpc.handoff.exits import Exit, ExitReason
 from hargo_hpc.handoff.layout import Layout
 
 from .conftest import make_requests, running_workers
@@ -50,8 +51,8 @@ def _failing_once(real: Callable[..., Any], match: Callable[[str], bool], err: O
     return flaky
 
 
-def _start(worker: Worker) -> tuple[threading.Thread, dict[str, str]]:
-    out: dict[str, str] = {}
+def _start(worker: Worker) -> tuple[threading.Thread, dict[str, Exit]]:
+    out: dict[str, Exit] = {}
     thread = threading.Thread(target=lambda: out.__setitem__("reason", worker.run()), daemon=True)
     thread.start()
     return thread, out
@@ -278,7 +279,7 @@ def test_stale_stop_sentinel_check_is_retried(
 ) -> None:
     worker = Worker(root, noop_workload_double, settings=fast, handle_signals=False)
     monkeypatch.setattr(os, "stat", _failing_once(os.stat, lambda p: p.endswith("STOP"), ESTALE))
-    assert worker._exit_reason(time.monotonic(), [threading.current_thread()]) == ""
+    assert worker._exit_reason(time.monotonic(), [threading.current_thread()]) is None
     assert worker.counts["errors"] == 1
 
 
@@ -294,8 +295,11 @@ def test_a_crashed_workload_thread_fails_the_worker(
     monkeypatch.setattr(worker, "_take", bug)
     thread, out = _start(worker)
     thread.join(5)
-    assert out["reason"].startswith("failed") and "a bug" in out["reason"]
-    assert Worker.failed(out["reason"]) and not Worker.failed("idle for 3 s")
+    stopped = out["reason"]
+    assert stopped.reason is ExitReason.CRASHED and stopped.failed
+    assert str(stopped).startswith("failed: ") and "a bug" in str(stopped)
+    assert not Exit.idle(3).failed and str(Exit.idle(3)) == "idle for 3 s"
+    assert [r for r in ExitReason if r.failed] == [ExitReason.CRASHED, ExitReason.ERROR]
 
 
 # ---------------------------------------------------------------- 4. one bad step
@@ -331,13 +335,13 @@ def test_lease_renewal_is_not_blocked_by_a_slow_claim_scan(
         entered.set()
         release.wait(10)  # a READDIR stuck on the file server
 
-    monkeypatch.setattr(worker, "_next_claim", slow_next_claim)
+    monkeypatch.setattr(worker.claimer, "next_claim", slow_next_claim)
     taker = threading.Thread(target=worker._take)
     taker.start()
     assert entered.wait(5)
     renewed_at = {}
     monkeypatch.setattr(worker, "renew", lambda path: renewed_at.setdefault(path, 1))
-    renewer = threading.Thread(target=worker._renew)
+    renewer = threading.Thread(target=worker.leases.renew_held)
     renewer.start()
     renewer.join(1.0)
     stuck = renewer.is_alive()
@@ -444,7 +448,7 @@ def test_short_lived_worker_stays_to_take_over_a_dead_claim(root: Path) -> None:
                     max_idle_s=0.2)
     thread, out = _start(worker)
     thread.join(10)
-    assert out["reason"].startswith("idle")
+    assert out["reason"].reason is ExitReason.IDLE
     assert Layout(root).result(1, "r00000").exists(), "the dead claim was taken over"
 
 
@@ -478,5 +482,6 @@ def test_idle_scans_back_off_while_others_hold_every_claim(
     stopper.start()
     thread, out = _start(worker)
     thread.join(10)
-    assert out["reason"] == "stop sentinel"
+    assert out["reason"].reason is ExitReason.STOP_SENTINEL
+    assert str(out["reason"]) == "stop sentinel"
     assert worker.counts["scans"] <= 12, dict(worker.counts)  # every 0.02 s: ~75

@@ -13,6 +13,7 @@ import pytest
 
 from hargo_hpc.handoff import HandoffError, HandoffSettings, Trainer, Worker
 from hargo_hpc.handoff.claims import scan_claims
+from hargo_hpc.handoff.exits import ExitReason
 from hargo_hpc.handoff.layout import Layout
 
 from .conftest import make_requests, running_workers
@@ -128,7 +129,7 @@ def test_stragglers_time_out_as_infra_error_and_stay_so(root: Path, fast: Handof
     trainer.submit(0, make_requests(3))
     layout = Layout(root)
     # r00001 is answered; nobody works on the others
-    Worker(root, noop_workload_double, settings=fast)._write_result(
+    Worker(root, noop_workload_double, settings=fast).answers.write_result(
         _held(layout, "r00001"), {"request_id": "r00001", "status": "ok", "reward": 1.0})
     started = time.monotonic()
     results = trainer.collect(0, timeout=0.3)
@@ -143,13 +144,13 @@ def test_stragglers_time_out_as_infra_error_and_stay_so(root: Path, fast: Handof
                                                           for k, v in results.items()}
     # a worker that finishes a straggler later only makes a counted duplicate
     worker = Worker(root, noop_workload_double, settings=fast)
-    worker._write_result(_held(layout, "r00000"), {"request_id": "r00000", "status": "ok",
-                                                     "reward": 1.0})
+    worker.answers.write_result(_held(layout, "r00000"), {"request_id": "r00000",
+                                                          "status": "ok", "reward": 1.0})
     assert worker.counts["duplicates"] == 1
 
 
 def _held(layout: Layout, rid: str):
-    from hargo_hpc.handoff.worker import Held
+    from hargo_hpc.handoff.leases import Held
 
     return Held(0, rid, 1, layout.claim(0, rid, 1), {"id": rid}, 0)
 
@@ -244,9 +245,11 @@ def test_worker_exits_when_idle_and_after_max_requests(root: Path, fast: Handoff
     trainer.submit(0, make_requests(5))
     worker = Worker(root, noop_workload_double, settings=fast, max_requests=2,
                     handle_signals=False)
-    assert worker.run() == "max requests (2)"
-    assert Worker(root, noop_workload_double, settings=fast, max_idle_s=0.3,
-                  handle_signals=False).run() == "idle for 0.3 s"
+    stopped = worker.run()
+    assert stopped.reason is ExitReason.MAX_REQUESTS and str(stopped) == "max requests (2)"
+    stopped = Worker(root, noop_workload_double, settings=fast, max_idle_s=0.3,
+                     handle_signals=False).run()
+    assert stopped.reason is ExitReason.IDLE and str(stopped) == "idle for 0.3 s"
     assert len(os.listdir(Layout(root).results(0))) == 5
 
 
@@ -282,9 +285,9 @@ def test_full_disk_on_the_worker_loses_no_request(
     """A result write that fails leaves the claim; it expires and the request is redone."""
     trainer = Trainer(root, fast, progress=False)
     trainer.submit(0, make_requests(3))
-    from hargo_hpc.handoff import worker as worker_module
+    from hargo_hpc.handoff import answers as answers_module
 
-    real = worker_module.create_exclusive
+    real = answers_module.create_exclusive
     failures = {"left": 2}
 
     def flaky_disk(path: Path, obj: object, *, fsync: bool = True) -> bool:
@@ -293,7 +296,7 @@ def test_full_disk_on_the_worker_loses_no_request(
             raise HandoffError(f"cannot create a file in {path.parent}: no space left on device")
         return real(path, obj, fsync=fsync)
 
-    monkeypatch.setattr(worker_module, "create_exclusive", flaky_disk)
+    monkeypatch.setattr(answers_module, "create_exclusive", flaky_disk)
     with running_workers(root, noop_workload_double, fast, count=1) as (worker,):
         results = trainer.collect(0)
         assert worker.counts["errors"] == 2
@@ -315,15 +318,16 @@ def test_read_only_directory_does_not_crash_the_worker(
 ) -> None:
     trainer = Trainer(root, fast, progress=False)
     trainer.submit(0, make_requests(2))
-    from hargo_hpc.handoff import worker as worker_module
+    from hargo_hpc.handoff import claimer as claimer_module
 
     def read_only(path: Path, obj: object) -> bool:
         raise HandoffError(f"cannot create {path}: read-only filesystem")
 
-    monkeypatch.setattr(worker_module, "open_exclusive", read_only)
+    monkeypatch.setattr(claimer_module, "open_exclusive", read_only)
     worker = Worker(root, noop_workload_double, settings=fast, max_idle_s=0.5,
                     handle_signals=False)
-    assert worker.run() == "idle for 0.5 s"
+    stopped = worker.run()
+    assert stopped.reason is ExitReason.IDLE and str(stopped) == "idle for 0.5 s"
     assert worker.counts["errors"] >= 1 and worker.counts["results"] == 0
     assert not os.listdir(Layout(root).results(0)), "nothing half-done was left behind"
 
