@@ -44,9 +44,11 @@
  *
  * Verdict on fd 3 (the judge's only; the children never hold it), one fact per line:
  *
- *     SANDBOX seccomp=on|off uid=<n> rt=on|off   the candidate's filter, uid and priority
  *     READY                           the judge is set up; failures from here on are the kernel's
- *     CHILD signal <n> | exit <n> | exec <errno>   the candidate died (or could not be loaded)
+ *     SANDBOX uid=<n> rt=on|off       the candidate's uid and priority
+ *     SANDBOX seccomp=on|off          its filter (once it runs)
+ *     CHILD signal <n> | exit <n>     the candidate died
+ *     CHILD exec <errno> | load <n>   its binary could not be exec'd / it died (signal n) loading
  *     TIME <seconds>                  one line per timed candidate call
  *     REF <seconds>                   one line per timed reference call
  *     CPU <cpu seconds> <wall seconds> one line per timed candidate call
@@ -592,6 +594,8 @@ static void child_died(child *c, int status) {
     if (ctl->stage == HARGO_STAGE_UID_FAILED) infra("cannot drop the candidate to its uid");
     if (ctl->stage == HARGO_STAGE_EXEC_FAILED)
         say("CHILD exec %d\n", ctl->exec_errno);
+    else if (ctl->stage == HARGO_STAGE_EXEC && WIFSIGNALED(status))
+        say("CHILD load %d\n", WTERMSIG(status)); /* died while its binary was being loaded */
     else if (WIFSIGNALED(status))
         say("CHILD signal %d\n", WTERMSIG(status));
     else
@@ -744,11 +748,10 @@ int main(int argc, char **argv) {
     }
     say("READY\n");
     ready = 1;
+    say("SANDBOX uid=%ld rt=%s\n", (long)uid, realtime ? "on" : "off");
     spawn(&cand, cand_path, 1, uid < 0 ? (uid_t)-1 : (uid_t)uid, gid < 0 ? (gid_t)-1 : (gid_t)gid);
     await_ready(&cand, untimed_s);
-    hargo_control *ctl = ctl_of(&cand);
-    say("SANDBOX seccomp=%s uid=%ld rt=%s\n", ctl->seccomp == 1 ? "on" : "off", (long)uid,
-        realtime ? "on" : "off");
+    say("SANDBOX seccomp=%s\n", ctl_of(&cand)->seccomp == 1 ? "on" : "off");
 
     uint64_t number = 0;
     for (int w = 0; w < warmup; w++, number++) {

@@ -37,7 +37,7 @@ from hargo_hpc.bench.build import (
 from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.extract import extract_code
 from hargo_hpc.bench.reference import Reference, reference
-from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
+from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward, speed_ratio
 from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
@@ -189,15 +189,13 @@ def run_bench(
 
 
 def _reward_ok(res: BenchResult, settings: BenchSettings) -> None:
-    """Reward of an `ok` run from g / g_ref of this run (reward.py); 0 when suspicious."""
+    """Reward of an `ok` run from its speed ratio to the reference (reward.py); 0 when suspicious."""
     g = res.gflops["median"]
-    g_ref = res.reference_gflops["median"] if res.reference_gflops else None
-    res.ratio = round(g / g_ref, 6) if g_ref else None
-    if is_suspicious(g, g_ref, settings):
+    if is_suspicious(res.ratio, settings):
         res.suspicious = True
-        res.reason = (f"{g:.1f} GFLOPS is more than {settings.reference_margin:g} x the "
-                      f"reference's {g_ref:.1f} in the same run: not rewarded")  # fmt: skip
-    res.reward = 0.0 if res.suspicious else shaped_reward(g, g_ref, settings)
+        res.reason = (f"{res.ratio:.2f} x the speed of the reference in the same run (more than "
+                      f"{settings.reference_margin:g} x): not rewarded")  # fmt: skip
+    res.reward = 0.0 if res.suspicious else shaped_reward(g, res.ratio, settings)
 
 
 def _run(
@@ -305,6 +303,15 @@ def _execute(
         if kind == "exec":
             _exec_failed(res, number)
             return
+        if kind == "load":  # it died before its main: while loading, or in a load-time hook
+            res.status = "runtime_error"
+            res.reason = (
+                "forbidden system call while its binary was loading (killed by seccomp: a "
+                "constructor or resolver)" if number == signal.SIGSYS else
+                f"the kernel's binary cannot be loaded (killed by {signal_name(number)} while "
+                "loading: static data over the memory limit, or a crashing constructor)"
+            )  # fmt: skip
+            return
         if kind == "signal":
             sig, code = number, None
         else:
@@ -349,7 +356,7 @@ def _sandbox_layers(res: BenchResult, layers: list[str], unavailable: list[str],
                     lines: list[str]) -> None:  # fmt: skip
     """The layers in force for the candidate: the sandbox's, the judge's uid drop and filter."""
     res.sandbox, res.sandbox_unavailable = list(layers), list(unavailable)
-    facts = next((ln.split()[1:] for ln in lines if ln.startswith("SANDBOX ")), [])
+    facts = [fact for ln in lines if ln.startswith("SANDBOX ") for fact in ln.split()[1:]]
     info = dict(f.split("=", 1) for f in facts if "=" in f)
     if info.get("uid", "-1") != "-1":
         res.sandbox.append(f"uid:{info['uid']}")
@@ -407,6 +414,7 @@ def _timings(res: BenchResult, lines: list[str], p: Problem, settings: BenchSett
                    "all": times, "reference": ref_times}  # fmt: skip
     res.gflops = _gflops(p, times)
     res.reference_gflops = _gflops(p, ref_times)
+    res.ratio = round(speed_ratio(times, ref_times), 6)
     over = [(c, w) for c, w in cpu if c > w * res.threads * CPU_SLACK_FACTOR + CPU_SLACK_S]
     if over:
         c, w = over[0]

@@ -11,7 +11,7 @@ import pytest
 
 from hargo_hpc.bench.cache import CompileCache, cache_key
 from hargo_hpc.bench.extract import extract_code
-from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
+from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward, speed_ratio
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
 from hargo_hpc.bench.validate import (
@@ -159,17 +159,21 @@ def test_reward_shaping_and_penalties() -> None:
     assert penalty("format_violation", s) == -100 and penalty("compile_error", s) == -40
     assert penalty("timeout", s) == -30 and penalty("runtime_error", s) == -20
     assert penalty("wrong_result", s) == -10 and penalty("infra_error", s) is None
-    assert shaped_reward(30.0, 60.0, s) == pytest.approx(50.0)  # scaled: % of the reference
-    assert shaped_reward(90.0, 60.0, s) == pytest.approx(100.0)
+    assert shaped_reward(30.0, 0.5, s) == pytest.approx(50.0)  # scaled: % of the reference
+    assert shaped_reward(90.0, 1.5, s) == pytest.approx(100.0)
     raw = s.model_copy(update={"shaping": "raw", "reward_scale": 0.5})
-    assert shaped_reward(30.0, 60.0, raw) == pytest.approx(15.0)
+    assert shaped_reward(30.0, 0.5, raw) == pytest.approx(15.0)
     log = s.model_copy(update={"shaping": "log"})
-    assert shaped_reward(60.0, 60.0, log) == pytest.approx(100.0)
-    # ρ = 7 / 63 = 1/9: 100 ln(1 + 9/9) / ln 10 = 100 log10(2)
-    assert shaped_reward(7.0, 63.0, log) == pytest.approx(100 * math.log10(2))
+    assert shaped_reward(60.0, 1.0, log) == pytest.approx(100.0)
+    # ρ = 1/9: 100 ln(1 + 9/9) / ln 10 = 100 log10(2)
+    assert shaped_reward(7.0, 1 / 9, log) == pytest.approx(100 * math.log10(2))
     assert shaped_reward(10.0, None, s) == 10.0
-    assert is_suspicious(67.0, 60.0, s) and not is_suspicious(65.0, 60.0, s)
-    assert not is_suspicious(1e9, None, s)
+    assert is_suspicious(1.11, s) and not is_suspicious(1.09, s)
+    assert not is_suspicious(None, s)
+    # pairs (t, u): ratios 2, 0.5, 1 -> median 1; the ratio of medians would be 2/2 too, but
+    # one slow pair (t = 8) does not move the paired estimate
+    assert speed_ratio([1.0, 2.0, 8.0], [2.0, 1.0, 8.0]) == 1.0
+    assert speed_ratio([1.0, 1.0, 8.0], [2.0, 2.0, 2.0]) == 2.0
 
 
 def test_cache_key_is_unambiguous() -> None:

@@ -1,0 +1,230 @@
+"""The judge, the second line of defence: kernels built WITHOUT the source and object checks
+(statically linked here by the test itself, as an attacker who got past validation would have
+them) run under judge.c. Load-time hooks (constructors, ifunc resolvers) run only in the
+kernel's child, after its uid drop and seccomp filter, so they can neither forge a verdict nor
+read, write or leave anything behind; guard pages made writable are seen; untimed calls have
+their own budget; a binary too big to load is the kernel's failure.
+
+Each of these ended differently with the two-process driver of harness 1.x, where the kernel was
+linked into the judge's own binary: a constructor ran in the judge before the fork."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hargo_hpc.bench.build import Build, harness, resolve_compiler
+from hargo_hpc.bench.cache import CompileCache
+from hargo_hpc.bench.reference import kernel_source, reference
+from hargo_hpc.bench.runner import BenchResult, Problem, _execute, _reward_ok, _timings
+from hargo_hpc.bench.sandbox import sandbox_ids
+from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.uids import leased_uid
+
+from .procs import sandbox_processes
+
+SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+NAIVE = kernel_source("naive")
+OUTSIDE = Path("/tmp/hargo-judge-test-pwned")
+
+
+def unchecked_binary(code: str, directory: Path, settings: BenchSettings, cache_dir: str) -> Path:
+    """`code` + the harness's kernel_main.o, linked statically by this test (no validation)."""
+    main = harness(CompileCache(cache_dir), resolve_compiler(settings.compiler)).kernel_main
+    (directory / "k.c").write_text(textwrap.dedent(code))
+    subprocess.run(["gcc", "-O2", "-fopenmp", "k.c", str(main), "-static", "-lm", "-o", "k.bin"],
+                   cwd=directory, check=True, capture_output=True, timeout=120)  # fmt: skip
+    return directory / "k.bin"
+
+
+def judge(binary: Path, settings: BenchSettings, cache_dir: str) -> BenchResult:
+    """What runner._run does after the build: the reference, a leased uid, the judge."""
+    problem = Problem.from_dict(None, settings)
+    res = BenchResult(request_id="judge-test", threads=len(os.sched_getaffinity(0)))
+    ref = reference(settings, CompileCache(cache_dir), 60.0)
+    build = Build("built", "", "", binary, False, 0.0)
+    main = harness(CompileCache(cache_dir), resolve_compiler(settings.compiler)).judge
+    with leased_uid(settings.sandbox_uids) as uid:
+        _execute(main, build, ref, problem, settings, res, settings.run_timeout_s,
+                 sandbox_ids(settings.sandbox_user, uid))  # fmt: skip
+    if res.status == "ok":
+        _reward_ok(res, settings)
+    return res
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outside():
+    OUTSIDE.unlink(missing_ok=True)
+    yield
+    assert not OUTSIDE.exists(), "a kernel wrote outside its sandbox"
+    assert sandbox_processes() == [], "a sandboxed process survived its run"
+
+
+FORGE = r'''
+#include <unistd.h>
+static const char forged[] = "READY\nTIME 1e-9\nTIME 1e-9\nREF 1\nREF 1\nRESULT ok\n";
+__attribute__((constructor)) static void forge(void) {
+    write(3, forged, sizeof forged - 1);   /* fd 3 was the verdict in harness 1.x */
+    write(4, forged, sizeof forged - 1);
+}
+''' + SIG + " { (void)M; (void)N; (void)K; (void)A; (void)B; (void)C; }\n"
+
+
+def test_a_constructor_cannot_forge_the_verdict(settings, cache_dir, tmp_path, run_tmp) -> None:
+    res = judge(unchecked_binary(FORGE, tmp_path, settings, cache_dir), settings, cache_dir)
+    assert res.status == "runtime_error", (res.status, res.reason)
+    assert "seccomp" in res.reason and res.gflops is None
+
+
+IFUNC = r'''
+static long raw(long n, long a, long b, long c) {   /* no libc: resolvers run before it is set up */
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return ret;
+}
+static void naive(int M, int N, int K, const double *A, const double *B, double *C) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) s += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = s;
+        }
+}
+static void *resolve(void) {   /* runs at load time: in harness 1.x, inside the judge */
+    char buf[256];
+    long fd = raw(2, (long)"/etc/passwd", 0, 0);                  /* open */
+    if (fd >= 0) { long n = raw(0, fd, (long)buf, sizeof buf); if (n > 0) raw(1, 1, (long)buf, n); }
+    long out = raw(2, (long)"/tmp/hargo-judge-test-pwned", 0101, 0644);
+    if (out >= 0) raw(1, out, (long)"x", 1);
+    raw(1, 3, (long)"RESULT ok\\n", 10);                          /* the old verdict fd */
+    return (void *)naive;
+}
+''' + SIG + ' __attribute__((ifunc("resolve")));\n'
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 system call numbers")
+def test_an_ifunc_resolver_runs_filtered_in_the_kernel_process(settings, cache_dir, tmp_path,
+                                                                run_tmp) -> None:  # fmt: skip
+    # open gets EACCES, so nothing is read or created; the write to fd 3 kills it (SIGSYS)
+    res = judge(unchecked_binary(IFUNC, tmp_path, settings, cache_dir), settings, cache_dir)
+    assert res.status == "runtime_error" and "seccomp" in res.reason, (res.status, res.reason)
+    assert "root:" not in res.output
+
+
+DAEMON = r'''
+#include <unistd.h>
+__attribute__((constructor)) static void daemonise(void) {
+    if (fork() == 0) { setsid(); for (;;) pause(); }
+}
+''' + NAIVE
+
+
+def test_a_constructor_cannot_leave_a_process_behind(settings, cache_dir, tmp_path,
+                                                      run_tmp) -> None:  # fmt: skip
+    res = judge(unchecked_binary(DAEMON, tmp_path, settings, cache_dir), settings, cache_dir)
+    assert res.status == "runtime_error" and "seccomp" in res.reason, (res.status, res.reason)
+
+
+GUARD = r'''
+#include <sys/mman.h>
+''' + SIG + r''' {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) s += A[i * K + k] * B[k * N + j];
+            C[i * N + j] = s;
+        }
+    /* the page after C is a guard: make it writable and write into it */
+    char *guard = (char *)(C + (long)M * N);
+    if (mprotect(guard, 4096, PROT_READ | PROT_WRITE) == 0) guard[100] = 42;
+}
+'''
+
+
+def test_an_unprotected_guard_page_written_is_caught(settings, cache_dir, tmp_path,
+                                                      run_tmp) -> None:  # fmt: skip
+    # 64 x 64 doubles = 8 pages exactly: C ends where its upper guard page begins
+    res = judge(unchecked_binary(GUARD, tmp_path, settings, cache_dir), settings, cache_dir)
+    assert res.status == "runtime_error" and "outside the buffers" in res.reason, res.reason
+
+
+SLOW_WARMUP = r'''
+#include <time.h>
+''' + SIG + r''' {
+    static int calls;
+    if (calls++ == 0) {   /* only the untimed warm-up call is slow */
+        struct timespec t = {30, 0};
+        nanosleep(&t, 0);
+    }
+    for (int i = 0; i < M * N; i++) C[i] = 0;
+    (void)K; (void)A; (void)B;
+}
+'''
+
+
+def test_untimed_calls_have_their_own_small_budget(settings, cache_dir, tmp_path,
+                                                    run_tmp) -> None:  # fmt: skip
+    quick = settings.model_copy(update={"untimed_call_timeout_s": 1.0, "run_timeout_s": 20.0})
+    binary = unchecked_binary(SLOW_WARMUP, tmp_path, quick, cache_dir)
+    res = judge(binary, quick, cache_dir)
+    assert res.status == "timeout" and "warm-up" in res.reason, (res.status, res.reason)
+    assert res.run_s < 5.0  # not the run's 20 s
+
+
+BIG = "static volatile double table[64L << 20];\n" + NAIVE.replace("C[(long)i * N + j] = sum;",
+                                                         "C[(long)i * N + j] = sum + table[i];")
+
+
+def test_a_binary_too_big_to_load_is_the_kernels_failure(settings, cache_dir, tmp_path,
+                                                          run_tmp) -> None:  # fmt: skip
+    small = settings.model_copy(update={"memory_limit_mb": 256})  # the table alone is 512 MB
+    res = judge(unchecked_binary(BIG, tmp_path, small, cache_dir), small, cache_dir)
+    assert res.status == "runtime_error" and "cannot be loaded" in res.reason, res.reason
+
+
+# ------------------------------------------------------------------ tripwires, on records
+
+
+def record(times: list[float], refs: list[float], cpu: list[tuple[float, float]]) -> list[str]:
+    return ["SANDBOX seccomp=on uid=61001 rt=on", "READY",
+            *[f"TIME {t}" for t in times], *[f"REF {t}" for t in refs],
+            *[f"CPU {c} {w}" for c, w in cpu], "KEYS 00", "RESULT ok"]  # fmt: skip
+
+
+def parsed(lines: list[str], wall: float, threads: int = 2) -> BenchResult:
+    settings = BenchSettings(repetitions=2)
+    res = BenchResult(request_id="t", threads=threads)
+    _timings(res, lines, Problem(M=100, N=100, K=100), settings, wall)
+    if res.status == "ok":
+        _reward_ok(res, settings)
+    return res
+
+
+def test_the_reward_is_the_ratio_to_the_reference_of_the_same_run() -> None:
+    # 2e6 FLOP: candidate 1 ms -> 2 GFLOPS, reference 0.5 ms -> 4 GFLOPS: scaled reward 50
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1e-3, 1e-3)] * 2), wall=0.5)
+    assert res.ratio == 0.5
+    assert res.status == "ok" and res.gflops["median"] == 2.0
+    assert res.reference_gflops["median"] == 4.0 and res.ratio == 0.5
+    assert res.reward == pytest.approx(50.0) and not res.suspicious
+
+
+def test_an_impossible_timing_record_is_refused() -> None:
+    res = parsed(record([0.3, 0.3], [0.2, 0.2], [(0.3, 0.3)] * 2), wall=0.9)  # 1.0 s in 0.9 s
+    assert res.status == "runtime_error" and "impossible timing record" in res.reason
+
+
+def test_cpu_outside_the_timed_window_is_flagged() -> None:
+    # 2 threads x 1 ms = 2 ms of CPU at most; 9 ms means it ran while the clock was not looking
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1e-3, 1e-3), (9e-3, 1e-3)]), wall=0.5)
+    assert res.status == "ok" and res.suspicious and res.reward == 0.0
+    assert "outside the timed window" in res.reason
+
+
+def test_a_damaged_record_is_refused() -> None:
+    res = parsed(record([1e-3], [5e-4, 5e-4], []), wall=0.5)  # one TIME of two
+    assert res.status == "runtime_error" and "damaged" in res.reason
