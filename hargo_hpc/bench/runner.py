@@ -189,7 +189,7 @@ def run_bench(
 
 
 def _reward_ok(res: BenchResult, settings: BenchSettings) -> None:
-    """Reward of an `ok` run from its speed ratio to the reference (reward.py); 0 when suspicious."""
+    """Reward of an `ok` run from its speed ratio to the reference (reward.py); 0 if suspicious."""
     g = res.gflops["median"]
     if is_suspicious(res.ratio, settings):
         res.suspicious = True

@@ -83,7 +83,8 @@ def test_a_constructor_cannot_forge_the_verdict(settings, cache_dir, tmp_path, r
 IFUNC = r'''
 static long raw(long n, long a, long b, long c) {   /* no libc: resolvers run before it is set up */
     long ret;
-    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c)
+                     : "rcx", "r11", "memory");
     return ret;
 }
 static void naive(int M, int N, int K, const double *A, const double *B, double *C) {
