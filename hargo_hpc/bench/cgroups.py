@@ -1,0 +1,159 @@
+"""A cgroup of its own for every sandboxed run, where the worker may create one.
+
+Each run gets `pids` (pids.max = `max_processes`), `memory` (the memory limit, counting every
+process and thread of the run together, which RLIMIT_AS cannot) and `cpuset` (exactly the CPUs
+the worker was given: no kernel thread can widen its affinity onto another job's cores). The
+group is created below the worker's own group in each hierarchy (so a Slurm job's limits still
+hold), the run's first process enters it before its exec, and it is emptied and removed after.
+
+cgroup v2 (one unified hierarchy, `cgroup.controllers` at its root) and v1 (one hierarchy per
+controller, as on these machines) are both supported. Without permission to create groups (an
+ordinary user without delegation) there is none: the record's `sandbox_unavailable` says so and
+the rlimits and the per-request uid remain (RLIMIT_NPROC per uid, RLIMIT_AS per process, the
+worker's own affinity mask, which a kernel thread may widen only where no cpuset confines the
+worker, as Slurm's task cgroup does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("pids", "memory", "cpuset")
+
+
+@dataclass
+class RunCgroup:
+    """The directories of one run's group (one per v1 hierarchy, or one v2 group)."""
+
+    dirs: list[Path]
+    version: int
+
+    def procs_files(self) -> list[str]:
+        """Where the run's first process writes its pid (before its exec)."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def enter(self) -> None:
+        """Move the calling process in (called in the child between fork and exec)."""
+        pid = str(os.getpid())
+        for path in self.procs_files():
+            with open(path, "w") as fh:
+                fh.write(pid)
+
+    def remove(self, timeout_s: float = 5.0) -> None:
+        """Kill whatever is left in the group, then remove it (bounded wait)."""
+        end = time.monotonic() + timeout_s
+        for directory in self.dirs:
+            while True:
+                pids = _pids(directory)
+                if not pids or time.monotonic() > end:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.002)
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _pids(directory: Path) -> list[int]:
+    try:
+        return [int(x) for x in (directory / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _own_path(controller: str) -> str | None:
+    """This process's group in hierarchy `controller` ('' for v2), from /proc/self/cgroup."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        found = controller in names.split(",") if controller else names == ""
+        if found:
+            return path
+    return None
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+def _cpus() -> str:
+    return ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+
+
+def create(name: str, *, pids_max: int, memory_bytes: int) -> tuple[RunCgroup | None, str]:
+    """A fresh group `name` for one run, or (None, why not)."""
+    try:
+        if (ROOT / "cgroup.controllers").is_file():
+            return _create_v2(name, pids_max, memory_bytes), ""
+        if all((ROOT / c).is_dir() for c in V1_CONTROLLERS):
+            return _create_v1(name, pids_max, memory_bytes), ""
+    except OSError as err:
+        return None, f"cgroup (cannot create one here: {err.strerror or err})"
+    return None, "cgroup (no pids, memory and cpuset controllers mounted)"
+
+
+def _create_v1(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
+    made: list[Path] = []
+    try:
+        for controller in V1_CONTROLLERS:
+            own = _own_path(controller)
+            if own is None:
+                raise OSError(0, f"this process has no {controller} group")
+            directory = ROOT / controller / own.lstrip("/") / name
+            directory.mkdir()
+            made.append(directory)
+            if controller == "pids":
+                _write(directory / "pids.max", str(pids_max))
+            elif controller == "memory":
+                _write(directory / "memory.limit_in_bytes", str(memory_bytes))
+            else:  # cpuset needs both set before a process may enter
+                _write(directory / "cpuset.cpus", _cpus())
+                _write(directory / "cpuset.mems", (directory.parent / "cpuset.mems").read_text())
+    except OSError:
+        RunCgroup(made, 1).remove()
+        raise
+    return RunCgroup(made, 1)
+
+
+def _create_v2(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
+    own = _own_path("")
+    if own is None:
+        raise OSError(0, "this process has no cgroup v2 group")
+    parent = ROOT / own.lstrip("/")
+    enabled = set((parent / "cgroup.subtree_control").read_text().split())
+    missing = {"pids", "memory", "cpuset"} - enabled
+    if missing:
+        raise OSError(0, f"controllers {', '.join(sorted(missing))} not delegated to {parent}")
+    directory = parent / name
+    directory.mkdir()
+    group = RunCgroup([directory], 2)
+    try:
+        _write(directory / "pids.max", str(pids_max))
+        _write(directory / "memory.max", str(memory_bytes))
+        _write(directory / "cpuset.cpus", _cpus())
+    except OSError:
+        group.remove()
+        raise
+    return group
+
+
+@contextlib.contextmanager
+def run_cgroup(name: str, *, pids_max: int, memory_bytes: int):
+    """(group or None, why not) for the `with` block; the group is removed at the end."""
+    group, why = create(name, pids_max=pids_max, memory_bytes=memory_bytes)
+    try:
+        yield group, why
+    finally:
+        if group is not None:
+            group.remove()
