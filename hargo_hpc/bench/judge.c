@@ -10,8 +10,8 @@
  *
  * Processes.  The judge creates two memfds, one per child: a header page (sizes, offsets, the
  * control block) and, for the timed problem and the check problem, A, B and C, each between
- * guard pages.  It forks the candidate child, which closes every descriptor but its memfd (fd 3)
- * and its executable (fd 4, close-on-exec), drops to UID/GID (setgroups, setresgid, setresuid:
+ * guard pages.  It forks the candidate child, which closes every descriptor but its memfd (fd 3),
+ * its executable (fd 4) and a report pipe (fd 5; both close-on-exec), drops to UID/GID (setgroups, setresgid, setresuid:
  * never the judge's uid when the judge runs as root), sets the parent-death signal, installs a
  * strict seccomp filter and only then execs the candidate from fd 4.  So every load-time hook of
  * the kernel's binary (ifunc resolvers, constructors, init arrays, relocations) runs in that
@@ -107,6 +107,8 @@ typedef struct {
     unsigned char *base;     /* the judge's mapping of the child's memfd */
     size_t bytes;
     hargo_layout lay;        /* the judge's own copy: the child may scribble on the header */
+    int seccomp;             /* reported before the exec: 1 on, 2 unsupported, 0 not asked */
+    int running;             /* it said ready: its main runs (deaths before are load failures) */
     double *A0[2], *B0[2], *Cs[2];
     clockid_t cpu;
 } child;
@@ -382,14 +384,16 @@ static int install_seccomp(pid_t self) {
         BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
         KILL,
         ALLOW,
-        /* write / writev: only to stdout and stderr */
+        /* write / writev: only to stdout, stderr and the report pipe (fd 5, close-on-exec:
+         * after the exec no fd 5 can exist, the filter refuses every call that makes an fd) */
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_write, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_writev, 0, 7),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_writev, 0, 8),
         LD_ARG_HI(0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 3),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 4),
         LD_ARG_LO(0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 1, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 2, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 1, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 2, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, HARGO_REPORT_FD, 1, 0),
         KILL,
         ALLOW,
         /* prlimit64: reading a limit only (new_limit NULL) */
@@ -533,68 +537,96 @@ static void close_from(int lowest) {
     for (int fd = lowest; fd < 4096; fd++) close(fd);
 }
 
-/* Fork the child: fd 3 = its memfd, fd 4 = its executable (close-on-exec), then (candidate)
- * the run's uid and the filter, then exec.  An exec failure is reported through the header. */
+/* What the child reports before its exec, on a close-on-exec pipe: nothing the kernel's code
+ * can reach (after a successful exec the pipe is closed, the judge reads EOF). */
+enum { REPORT_SECCOMP = 1, REPORT_SETUP_FAILED = 2, REPORT_EXEC_FAILED = 3 };
+
+static void report(int kind, int value) {
+    int msg[2] = {kind, value};
+    (void)!write(HARGO_REPORT_FD, msg, sizeof msg);
+}
+
+/* Fork the child: fd 3 = its memfd, fd 4 = its executable and fd 5 = the report pipe (both
+ * close-on-exec), then (candidate) the run's uid and the filter, then exec. */
 static void spawn(child *c, const char *path, int untrusted, uid_t uid, gid_t gid) {
     int memfd = -c->pid - 1;
     int exe = open(path, O_RDONLY | O_CLOEXEC);
     if (exe < 0) infra("cannot open a kernel binary");
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) infra("pipe failed");
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) infra("fork failed");
     if (pid == 0) {
-        hargo_control *ctl = ctl_of(c);
-        if (dup2(memfd, HARGO_MEMORY_FD) < 0 || dup2(exe, HARGO_CANDIDATE_FD) < 0) _exit(120);
+        if (dup2(memfd, HARGO_MEMORY_FD) < 0 || dup2(exe, HARGO_CANDIDATE_FD) < 0 ||
+            dup2(pipefd[1], HARGO_REPORT_FD) < 0)
+            _exit(120);
         fcntl(HARGO_CANDIDATE_FD, F_SETFD, FD_CLOEXEC);
-        close_from(HARGO_CANDIDATE_FD + 1);
+        fcntl(HARGO_REPORT_FD, F_SETFD, FD_CLOEXEC);
+        close_from(HARGO_REPORT_FD + 1);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         if (realtime) { /* below the judge, above ordinary processes, for one call's time */
             struct sched_param prio = {.sched_priority = HARGO_RT_CHILD};
             struct rlimit rt = {rt_limit_us, rt_limit_us + 1000000};
-            if (setrlimit(RLIMIT_RTTIME, &rt) != 0 || sched_setscheduler(0, SCHED_RR, &prio) != 0)
+            if (setrlimit(RLIMIT_RTTIME, &rt) != 0 || sched_setscheduler(0, SCHED_RR, &prio) != 0) {
+                report(REPORT_SETUP_FAILED, errno);
                 _exit(124);
+            }
         }
         if (untrusted && uid != (uid_t)-1) {
             if ((getuid() == 0 && setgroups(0, NULL) != 0) || setresgid(gid, gid, gid) != 0 ||
                 setresuid(uid, uid, uid) != 0) {
-                ctl->exec_errno = errno ? errno : EPERM;
-                ctl->stage = HARGO_STAGE_UID_FAILED;
+                report(REPORT_SETUP_FAILED, errno ? errno : EPERM);
                 _exit(121);
             }
         }
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* after setuid, which clears it */
         if (getppid() == 1) _exit(122);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        ctl->seccomp = untrusted ? (install_seccomp(getpid()) ? 1 : 2) : 0;
-        ctl->stage = HARGO_STAGE_EXEC;
+        report(REPORT_SECCOMP, untrusted ? (install_seccomp(getpid()) ? 1 : 2) : 0);
         char *argv[] = {(char *)c->name, NULL};
         extern char **environ;
         syscall(__NR_execveat, HARGO_CANDIDATE_FD, "", argv, environ, AT_EMPTY_PATH);
-        ctl->exec_errno = errno; /* a plain store: no system call needed to report it */
-        ctl->stage = HARGO_STAGE_EXEC_FAILED;
+        report(REPORT_EXEC_FAILED, errno); /* the filter allows write(5): no later fd 5 exists */
         syscall(SYS_exit_group, 123);
     }
     close(exe);
     close(memfd);
+    close(pipefd[1]);
     c->pid = pid;
     if (clock_getcpuclockid(pid, &c->cpu) != 0) infra("no CPU clock of the child");
+    int msg[2], exec_errno = 0;
+    ssize_t got;
+    while ((got = read(pipefd[0], msg, sizeof msg)) != 0) { /* until EOF: exec'd, or dead */
+        if (got < 0 && errno == EINTR) continue;
+        if (got != (ssize_t)sizeof msg) break;
+        if (msg[0] == REPORT_SECCOMP) c->seccomp = msg[1];
+        if (msg[0] == REPORT_EXEC_FAILED) exec_errno = msg[1] ? msg[1] : EINVAL;
+        if (msg[0] == REPORT_SETUP_FAILED) {
+            close(pipefd[0]);
+            infra(c == &ref ? "cannot set up the reference process"
+                            : "cannot set up the kernel's process (uid or priority)");
+        }
+    }
+    close(pipefd[0]);
+    if (exec_errno) {
+        if (c == &ref) infra("the reference binary cannot be executed");
+        say("CHILD exec %d\n", exec_errno);
+        stop_all();
+        _exit(6);
+    }
 }
 
 static void child_died(child *c, int status) {
-    hargo_control *ctl = ctl_of(c);
     c->pid = 0; /* already reaped */
     if (c == &ref) {
         char why[160];
-        snprintf(why, sizeof why, "the reference process died (status %d, stage %d, errno %d)",
-                 status, ctl->stage, ctl->exec_errno);
+        snprintf(why, sizeof why, "the reference process died (status %d)", status);
         infra(why);
     }
-    if (ctl->stage == HARGO_STAGE_UID_FAILED) infra("cannot drop the candidate to its uid");
-    if (ctl->stage == HARGO_STAGE_EXEC_FAILED)
-        say("CHILD exec %d\n", ctl->exec_errno);
-    else if (ctl->stage == HARGO_STAGE_EXEC && WIFSIGNALED(status))
+    if (!c->running && WIFSIGNALED(status))
         say("CHILD load %d\n", WTERMSIG(status)); /* died while its binary was being loaded */
     else if (WIFSIGNALED(status))
         say("CHILD signal %d\n", WTERMSIG(status));
@@ -704,6 +736,7 @@ static void await_ready(child *c, double limit_s) {
         if (c == &ref) infra("the reference process did not start");
         finish(7, "RESULT timeout %s\n", "the kernel's process did not start in time");
     }
+    c->running = 1;
     stop_child(c);
 }
 
@@ -751,7 +784,7 @@ int main(int argc, char **argv) {
     say("SANDBOX uid=%ld rt=%s\n", (long)uid, realtime ? "on" : "off");
     spawn(&cand, cand_path, 1, uid < 0 ? (uid_t)-1 : (uid_t)uid, gid < 0 ? (gid_t)-1 : (gid_t)gid);
     await_ready(&cand, untimed_s);
-    say("SANDBOX seccomp=%s\n", ctl_of(&cand)->seccomp == 1 ? "on" : "off");
+    say("SANDBOX seccomp=%s\n", cand.seccomp == 1 ? "on" : "off");
 
     uint64_t number = 0;
     for (int w = 0; w < warmup; w++, number++) {

@@ -36,7 +36,6 @@ int main(void) {
         if (h->layout.guard_off[g] % (uint64_t)page == 0 && h->layout.guard_len[g] % (uint64_t)page == 0)
             mprotect(base + h->layout.guard_off[g], h->layout.guard_len[g], PROT_NONE);
     hargo_control *ctl = &h->control;
-    ctl->stage = HARGO_STAGE_RUNNING;
     __atomic_store_n(&ctl->ready, 1u, __ATOMIC_RELEASE);
     futex(&ctl->ready, FUTEX_WAKE, 1);
     uint32_t seen = 0;

@@ -130,6 +130,26 @@ def test_a_constructor_cannot_leave_a_process_behind(settings, cache_dir, tmp_pa
     assert res.status == "runtime_error" and "seccomp" in res.reason, (res.status, res.reason)
 
 
+LIAR = r'''
+#include <sys/mman.h>
+#include <unistd.h>
+__attribute__((constructor)) static void lie(void) {
+    /* write "set-up failed" into every field of the shared header, then die the way the
+     * judge's own set-up code would: an infra_error here would be an unscored escape */
+    int *p = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, 3, 0);
+    if (p != MAP_FAILED)
+        for (int i = 0; i < 1024; i++) p[i] = 3;
+    _exit(121);
+}
+''' + NAIVE
+
+
+def test_a_kernel_cannot_pass_its_failure_off_as_the_machines(settings, cache_dir, tmp_path,
+                                                              run_tmp) -> None:  # fmt: skip
+    res = judge(unchecked_binary(LIAR, tmp_path, settings, cache_dir), settings, cache_dir)
+    assert res.status == "runtime_error", (res.status, res.reason)
+
+
 GUARD = r'''
 #include <sys/mman.h>
 ''' + SIG + r''' {
