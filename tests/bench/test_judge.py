@@ -249,3 +249,23 @@ def test_cpu_outside_the_timed_window_is_flagged() -> None:
 def test_a_damaged_record_is_refused() -> None:
     res = parsed(record([1e-3], [5e-4, 5e-4], []), wall=0.5)  # one TIME of two
     assert res.status == "runtime_error" and "damaged" in res.reason
+
+
+def test_the_input_stream_is_chacha(tmp_path) -> None:
+    """The judge's ChaCha block function, built with 20 rounds, reproduces RFC 8439's keystream
+    for the all-zero key (appendix A.1, test vectors 1 and 2: counter 0 and 1)."""
+    from importlib import resources
+
+    bench = resources.files("hargo_hpc.bench")
+    for name in ("judge.c", "hargo_shared.h"):
+        (tmp_path / name).write_text(bench.joinpath(name).read_text())
+    subprocess.run(["gcc", "-O2", "-DCHACHA_ROUNDS=20", "-DHARGO_CHACHA_SELFTEST", "judge.c",
+                    "-o", "selftest", "-lm"], cwd=tmp_path, check=True, timeout=60)  # fmt: skip
+    out = subprocess.run([str(tmp_path / "selftest")], capture_output=True, text=True,
+                         check=True, timeout=10).stdout.strip()  # fmt: skip
+    assert out == (
+        "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
+        "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586"
+        "9f07e7be5551387a98ba977c732d080dcb0f29a048e3656912c6533e32ee7aed"
+        "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f"
+    )

@@ -57,7 +57,7 @@ def test_got_hijack_cannot_fake_the_clock(settings, cache_dir, run_tmp, honest_g
 @pytest.mark.parametrize("name", ["g_freivalds.c", "g2_freivalds_throttled.c"])
 def test_predicted_freivalds_vectors_fail(name, settings, cache_dir, run_tmp) -> None:
     # the seed they look for in argv is no longer there (the judge's argv is another process's,
-    # keys come from getrandom through ChaCha20): they crash searching for it, or compute junk
+    # keys come from getrandom through ChaCha12): they crash searching for it, or compute junk
     rec = run(name, settings, cache_dir)
     assert rec["status"] in ("wrong_result", "runtime_error"), (rec["status"], rec["reason"])
 
