@@ -1,19 +1,37 @@
 """Build: compile the kernel as its own translation unit, inspect it, link it with the child
 side of the judge.
 
-    kernel.c --[compiler flags -include hargo_gemm.h -S]--> kernel.s
-    kernel.s --[no .incbin/.include/.macro...: the assembler must not read files]--> kernel.o
-    kernel.o + kernel_main.o --[compiler flags -static -fopenmp -lm]--> kernel.bin
-    (all in one sandboxed shell, one timeout), then
-    kernel.o --[readelf -s -S: validate.check_object]--> accepted, or the build is rejected
+    kernel.c --[compiler flags -include hargo_gemm.h -S]--> kernel.s               (sandbox run 1)
+    kernel.s --[no .incbin/.include/.macro..., no /* comments */: checked here]
+    kernel.s --[-c]--> object --[-r -Wl,-d: commons allocated]--> --[objcopy
+        --keep-global-symbol=gemm: every other symbol local]--> kernel.o --[readelf -s -S -W,
+        size guard]--> kernel.o + kernel_main.o --[-static -fopenmp -lm]--> kernel.bin (run 2)
+    kernel.o's readelf --[validate.check_object, check_static_size]--> accepted, or rejected
+
+Both runs are sandboxed (sandbox.py) with a `view`: in their own mount namespace the compiler,
+the assembler and the linker see only the toolchain (/usr and the merged-/usr links, the
+compiler's own prefix, paths named in the flags) and the build directory, so no include,
+`.incbin` or other trick can read any other file; the text checks (validate.py, the assembly
+scan here) are the early, cheap refusal with a clear message, and the only line where no mount
+namespace can be made (the record then lists `mountns` as unavailable).
 
 `kernel.bin` is static: the judge execs it under a seccomp filter that opens no file, so it must
 need no dynamic loader and no shared library. The judge itself (judge.c) and `kernel_main.o` are
 trusted, compiled once per compiler (`harness`). The prototype header makes a wrongly typed gemm
 a compiler error ("conflicting types"), reported as a format violation. Builds are cached by
-hash(source, compiler identity, flags, harness sources) - see cache.py; the compiler identity
-includes `--version` and the resolved target (`-Q --help=target` under the flags), so
+hash(source, compiler identity, flags, harness sources, pipeline) - see cache.py; the compiler
+identity includes `--version` and the resolved target (`-Q --help=target` under the flags), so
 `-march=native` on a different CPU is a new key.
+
+Infra or policy, by evidence: a failure is only *suspected* to be the machine's when the
+toolchain itself says so - a line that is not a diagnostic located in a source file (not
+`kernel.c:LINE:COL: ...`, not the source excerpt gcc prints under it, so no `#warning` or comment
+text of the completion) names a machine failure (`No space left on device`, ...), a program was
+killed or could not be run, the compiler failed without locating any error, or an object that
+passed every check does not link. A suspicion is confirmed by a probe: the shipped naive kernel
+through the same path and settings (remembered per process and compiler for PROBE_TTL_S). If
+the probe builds, the failure is the completion's `compile_error` (not cached); if not, it is
+`infra_error`. A `compile_error` is cached only when its diagnostic is located in kernel.c.
 """
 
 from __future__ import annotations
@@ -28,12 +46,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from hargo_hpc.bench.cache import CompileCache, cache_key
-from hargo_hpc.bench.sandbox import InfraError, Limits, base_env, run_sandboxed
+from hargo_hpc.bench.sandbox import InfraError, Limits, Outcome, base_env, run_sandboxed
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.validate import (
     ASM_FILE_DIRECTIVES,
@@ -41,6 +59,7 @@ from hargo_hpc.bench.validate import (
     Violation,
     asm_directive_pattern,
     check_object,
+    check_static_size,
     openmp_symbols,
     parse_readelf,
 )
@@ -48,36 +67,60 @@ from hargo_hpc.bench.validate import (
 PROTOTYPE = f"{SIGNATURE};\n"
 # In the generated assembly, no directive that reads a file or builds directives by macro: this
 # is what the assembler will see, whatever preprocessor or string tricks produced it.  (`.file`
-# is allowed here: the compiler writes it.)  The same pattern for Python and for grep -E.
+# is allowed here: the compiler writes it.)
 ASM_FORBIDDEN = asm_directive_pattern(ASM_FILE_DIRECTIVES)
-ASM_FORBIDDEN_ERE = (
-    rf"(^|[^[:alnum:]_$.])\.({'|'.join(ASM_FILE_DIRECTIVES)})([^[:alnum:]_]|$)"
-)
-ASM_REJECTED = 97  # exit status of the build script when kernel.s holds such a directive
-# compiler output that means the machine, not the code, failed: infra_error, never cached
+# GNU as drops /* comments */ before it parses (".inc/**/bin" is .incbin to it); gcc never
+# writes one, so a "/*" outside the assembly's string literals came from an asm statement
+ASM_LEXEMES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\\\n])|(/\*)')
+ASM_TEXT_LIMIT = 128 << 20  # bytes of kernel.s read for the scan; more is refused
+STATIC_DATA_LIMIT = 64 << 20  # bytes of allocated sections + commons a kernel may have
+DATA_REJECTED = 98  # exit status of the build script when `size` finds more than that
+PROBE_TTL_S = 60.0  # how long a probe's verdict on a toolchain is believed
+PIPELINE = "3"  # in every kernel's cache key: verdicts of earlier build pipelines are not reused
+TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+# compiler output that means the machine, not the code, failed - believed only on the
+# toolchain's own lines (see LOCATED) and confirmed by the probe
 ENVIRONMENTAL = re.compile(
     r"No space left on device|cannot execute|installation problem|Resource temporarily "
     r"unavailable|Too many open files|Read-only file system|Input/output error|"
-    r"error while loading shared libraries",
+    r"error while loading shared libraries|cannot fork|Cannot allocate memory for|"
+    r"Disk quota exceeded|Stale file handle|Permission denied",
     re.IGNORECASE,
 )
 # the compiler (or a sub-process) was killed or ran out of memory: the policy's compile bomb
 # under the memory limit (a compile_error), but not cached - the limit is a setting
 RESOURCE = re.compile(
     r"Killed signal|terminated program|out of memory|virtual memory exhausted|cannot allocate|"
-    r"internal compiler error",
+    r"internal compiler error|File size limit exceeded",
     re.IGNORECASE,
 )
+# a line about the code, not about the toolchain: a diagnostic located in a file
+# (`kernel.c:3:5: ...`, `kernel.s:12: Error: ...`, `/usr/include/x.h:9:1: ...`), the include
+# chain, the source excerpt and caret lines gcc prints under a diagnostic, and the
+# `kernel.c: In function 'gemm':` / `kernel.s: Assembler messages:` headers
+LOCATED = re.compile(
+    r"^(?:In file included from |\s+from )?[^\s:]+:\d+(?::\d+)?[:,]"
+    r"|^\s*\d*\s*\|"
+    r"|^(?:kernel\.[cs]|hargo_gemm\.h): "
+)
+LOCATED_ERROR = re.compile(r"^[^\s:]+:\d+(?::\d+)?: (?:fatal )?(?:error|Error):", re.MULTILINE)
+KERNEL_ERROR = re.compile(r"^kernel\.c:\d+(?::\d+)?: (?:fatal )?error:", re.MULTILINE)
+CONFLICT = re.compile(r"^kernel\.c:\d+(?::\d+)?: error: conflicting types for '?gemm'?",
+                      re.MULTILINE)  # fmt: skip
+MISSING_LIB = re.compile(r"cannot find -l(\S+?):?(?:\s|$)")
 LINK_FLAGS = ["-static", "-fopenmp", "-lm", "-Wl,-z,noexecstack"]
 TRUSTED_LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack,-z,now,-z,relro"]
 HARNESS_FLAGS = ["-O2", "-Wall"]
+PARTIAL_LINK_FLAGS = ("-m", "-B", "--sysroot", "-fuse-ld", "-L")
 HARNESS_FILES = ("judge.c", "kernel_main.c", "hargo_shared.h")
 
 
 @dataclass
 class Build:
     """Outcome of building one kernel: verdict is built | compile_error | format_violation |
-    timeout; `binary` is the linked executable (inside the cache or a scratch dir)."""
+    timeout; `binary` is the linked executable (inside the cache or a scratch dir); `sandbox`
+    and `sandbox_unavailable` are the compile's layers (of the build that made a cached entry)."""
 
     verdict: str
     reason: str
@@ -86,6 +129,8 @@ class Build:
     cache_hit: bool
     seconds: float
     openmp: list[str] | None = None  # OpenMP runtime symbols the kernel object calls
+    sandbox: list[str] = field(default_factory=list)
+    sandbox_unavailable: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -133,18 +178,6 @@ def compiler_version(compiler: str) -> str:
     return compiler_identity(compiler, ()).split(" target:")[0]
 
 
-def _compile_limits(settings: BenchSettings, timeout: float) -> Limits:
-    return Limits(
-        wall_s=timeout,
-        cpu_s=int(timeout) + 2,
-        address_space_mb=settings.compile_memory_limit_mb,
-        processes=settings.max_processes,
-        file_size_bytes=256 << 20,
-        open_files=256,
-        stack_mb=64,
-    )
-
-
 def _excerpt(text: str, workdir: str, cap: int) -> str:
     text = text.replace(workdir + "/", "").replace(workdir, ".")
     return text if len(text) <= cap else text[:cap] + f"\n[... {len(text) - cap} more chars]"
@@ -172,6 +205,53 @@ def harness(cache: CompileCache, compiler: str) -> Harness:
     return Harness(entry / "judge", entry / "kernel_main.o")
 
 
+def toolchain_view(compiler: str, args: list[str]) -> list[str]:
+    """What the compile may see besides its directory: /usr (and the merged-/usr links), the
+    compiler's installation when it lives elsewhere (its prefix when it sits in a `bin`
+    directory, else the file itself), and absolute paths named in the flags (`-I/opt/x`,
+    `--sysroot=/x`, a library to link)."""
+    paths = list(TOOLCHAIN_VIEW)
+    real = os.path.realpath(compiler)
+    if not real.startswith("/usr/"):
+        parent = os.path.dirname(real)
+        paths.append(os.path.dirname(parent) if os.path.basename(parent) == "bin" else real)
+    for arg in args:
+        for m in re.finditer(r"(?:^-[A-Za-z]?|[=,:]|^)(/[^\s,:=]+)", arg):
+            if os.path.exists(m.group(1)):
+                paths.append(m.group(1))
+    return paths
+
+
+@dataclass
+class _Toolchain:
+    """Everything of one build but the source: how and as whom it compiles and links."""
+
+    compiler: str
+    flags: list[str]
+    identity: str
+    trusted_link: list[str] | None
+    kernel_main: Path
+    ids: tuple[int, int] | None
+    memory_mb: int
+    processes: int
+    cap: int
+
+
+@dataclass
+class _Attempt:
+    """One run of the pipeline. verdict: built | compile_error | format_violation | timeout, or
+    `suspect` (the toolchain may be at fault: the probe decides)."""
+
+    verdict: str
+    reason: str = ""
+    output: str = ""  # excerpt for the record
+    cacheable: bool = True
+    openmp: list[str] = field(default_factory=list)
+    layers: list[str] = field(default_factory=list)
+    unavailable: list[str] = field(default_factory=list)
+    link_output: str = ""  # the raw output of a link that failed (names missing libraries)
+
+
 def build_kernel(
     code: str,
     settings: BenchSettings,
@@ -182,99 +262,228 @@ def build_kernel(
     trusted_link: list[str] | None = None,
 ) -> Build:
     """Compile, inspect and link `code` (cached) as the sandbox user `ids`. `trusted_link` (the
-    project's own reference only) skips the symbol check and links dynamically with these
+    project's own reference only) skips the symbol checks and links dynamically with these
     arguments (e.g. OpenBLAS): the judge runs a trusted binary unfiltered."""
     start = time.monotonic()
     compiler = resolve_compiler(settings.compiler)
     flags = list(settings.flags)
     identity = compiler_identity(compiler, tuple(flags))
     key = cache_key(
-        "kernel", code, identity, "\0".join(flags), harness_digest(), repr(trusted_link)
-    )
+        "kernel", code, identity, "\0".join(flags), harness_digest(), repr(trusted_link),
+        f"pipeline={PIPELINE} static<={STATIC_DATA_LIMIT}",
+    )  # fmt: skip
     hit = cache.load(key)
     if hit:
         meta, entry = hit
         binary = entry / "kernel.bin" if meta["verdict"] == "built" else None
         return Build(meta["verdict"], meta["reason"], meta["output"], binary, True,
-                     time.monotonic() - start, meta.get("openmp", []))  # fmt: skip
-    kernel_main = harness(cache, compiler).kernel_main
-    cap = settings.output_cap_bytes
+                     time.monotonic() - start, meta.get("openmp", []),
+                     meta.get("sandbox", []), meta.get("sandbox_unavailable", []))  # fmt: skip
+    tc = _Toolchain(compiler, flags, identity, trusted_link,
+                    harness(cache, compiler).kernel_main, ids, settings.compile_memory_limit_mb,
+                    settings.max_processes, settings.output_cap_bytes)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="hargo-build-") as work:
-        Path(work, "kernel.c").write_text(code)
-        Path(work, "hargo_gemm.h").write_text(PROTOTYPE)
-        shutil.copy2(kernel_main, Path(work, "kernel_main.o"))
-        env = base_env(work, {"PATH": f"{os.path.dirname(compiler)}:/usr/bin:/bin"})
-        limits = _compile_limits(settings, timeout_s)
-        # kernel.c -> kernel.s -> (no file-reading directives) -> kernel.o -> kernel.bin, in one
-        # sandboxed shell (one process start); the binary only ever runs after the object
-        # passed the checks below
-        asm_cmd = [compiler, *flags, "-include", "hargo_gemm.h", "-S", "kernel.c",
-                   "-o", "kernel.s"]  # fmt: skip
-        obj_cmd = [compiler, *flags, "-c", "kernel.s", "-o", "kernel.o"]
-        link = LINK_FLAGS if trusted_link is None else [*TRUSTED_LINK_FLAGS, *trusted_link]
-        link_cmd = [compiler, *flags, "kernel.o", "kernel_main.o", *link, "-o", "kernel.bin"]
-        script = (
-            f"{shlex.join(asm_cmd)} || exit $?\n"
-            f"if grep -Eiq {shlex.quote(ASM_FORBIDDEN_ERE)} kernel.s; "
-            f"then exit {ASM_REJECTED}; fi\n"
-            f"{shlex.join(obj_cmd)} && {shlex.join(link_cmd)}"
-        )
-        res = run_sandboxed(["/bin/sh", "-c", script], work, limits, env, ids=ids,
-                            output_cap=cap * 4)  # fmt: skip
-        output = _excerpt(res.output, work, cap)
+        att = _attempt(code, work, tc, timeout_s)
+        if att.verdict == "suspect":
+            if trusted_link is not None:
+                raise InfraError(f"the toolchain failed on a trusted kernel: {att.reason}")
+            left = max(1.0, min(settings.compile_timeout_s, timeout_s))
+            failure = _probe(tc, left)
+            if failure:
+                raise InfraError(f"the toolchain failed: {att.reason} (and the shipped naive "
+                                 f"kernel does not build either: {failure})")  # fmt: skip
+            # the toolchain builds a known-good kernel: the failure is the completion's
+            att.verdict, att.cacheable = "compile_error", False
         seconds = time.monotonic() - start
-        if res.timed_out or res.signal in (signal.SIGKILL, signal.SIGXCPU):
-            return Build("timeout", f"compile exceeded {timeout_s:g} s", output, None, False,
-                         seconds)  # fmt: skip
-        shell_failed = res.returncode in (126, 127)  # sh could not find or run a program
-        if res.signal is not None or shell_failed or ENVIRONMENTAL.search(res.output):
-            raise InfraError(f"the compiler could not run: {_first_error(output)}")
-        # a deterministic verdict is cached; one caused by resources (memory limit) is not
-        cacheable = not RESOURCE.search(res.output)
+        meta = {"verdict": att.verdict, "reason": att.reason, "output": att.output,
+                "openmp": att.openmp, "sandbox": att.layers,
+                "sandbox_unavailable": att.unavailable}  # fmt: skip
+        build = Build(att.verdict, att.reason, att.output, None, False, seconds, att.openmp,
+                      att.layers, att.unavailable)  # fmt: skip
+        if att.verdict == "built":
+            entry = cache.store(key, meta, {"kernel.bin": str(Path(work, "kernel.bin"))})
+            build.binary = entry / "kernel.bin"
+        elif att.verdict != "timeout" and att.cacheable:
+            cache.store(key, meta)
+    build.seconds = time.monotonic() - start
+    return build
 
-        def verdict(v: str, reason: str, out: str = output) -> Build:
-            if cacheable:
-                cache.store(key, {"verdict": v, "reason": reason, "output": out})
-            return Build(v, reason, out, None, False, seconds)
 
-        asm = Path(work, "kernel.s")
-        if res.returncode == ASM_REJECTED and asm.is_file() and not Path(work, "kernel.o").exists():
-            m = ASM_FORBIDDEN.search(asm.read_text(errors="replace"))
-            name = m.group(1).lower() if m else "incbin"
-            return verdict("format_violation", f"assembler directive .{name} is not allowed", "")
-        obj = Path(work, "kernel.o")
-        if not obj.is_file():
-            if "conflicting types for" in res.output and "gemm" in res.output:
-                return verdict("format_violation", f"gemm is not {SIGNATURE}")
-            return verdict("compile_error", _first_error(output))
-        openmp: list[str] = []
-        if trusted_link is None:
-            try:
-                symbols, sections = parse_readelf(_tool(["readelf", "-s", "-S", "-W", str(obj)]))
-                openmp = openmp_symbols(symbols)
-                check_object(symbols, sections)
-            except Violation as v:
-                return verdict("format_violation", str(v))
-        if res.returncode != 0 or not Path(work, "kernel.bin").is_file():
-            return verdict("compile_error", "link failed")
-        meta = {"verdict": "built", "reason": "", "output": output, "openmp": openmp}
-        entry = cache.store(key, meta, {"kernel.bin": str(Path(work, "kernel.bin"))})
-    return Build("built", "", output, entry / "kernel.bin", False, time.monotonic() - start,
-                 openmp)
+_PROBES: dict[tuple[str, str, tuple[str, ...]], tuple[float, str | None]] = {}
+
+
+def _probe(tc: _Toolchain, timeout: float) -> str | None:
+    """None when the shipped naive kernel builds through `tc` (the toolchain works), else why
+    not. Remembered per process and compiler for PROBE_TTL_S."""
+    key = (tc.compiler, tc.identity, tuple(tc.flags))
+    now = time.monotonic()
+    known = _PROBES.get(key)
+    if known and now - known[0] < PROBE_TTL_S:
+        return known[1]
+    naive = resources.files("hargo_hpc.bench").joinpath("kernels", "naive.c").read_text()
+    with tempfile.TemporaryDirectory(prefix="hargo-build-") as work:
+        att = _attempt(naive, work, tc, timeout)
+    failure = None
+    if att.verdict != "built":
+        failure = att.reason or att.verdict
+        missing = sorted(set(MISSING_LIB.findall(att.link_output)))
+        if missing:
+            failure = ("static libraries missing: "
+                       + ", ".join(f"lib{name}.a" for name in missing)
+                       + " (the kernel is linked -static: install the static C library, libm "
+                       "and libgomp, e.g. Debian's libc6-dev and libgcc-12-dev)")  # fmt: skip
+    _PROBES[key] = (time.monotonic(), failure)
+    return failure
+
+
+def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt:
+    """Run the pipeline on `code` in the fresh directory `work`; no cache, no probe."""
+    deadline = time.monotonic() + timeout_s
+    Path(work, "kernel.c").write_text(code)
+    Path(work, "hargo_gemm.h").write_text(PROTOTYPE)
+    shutil.copy2(tc.kernel_main, Path(work, "kernel_main.o"))
+    env = base_env(work, {"PATH": f"{os.path.dirname(tc.compiler)}:/usr/bin:/bin"})
+    link = LINK_FLAGS if tc.trusted_link is None else [*TRUSTED_LINK_FLAGS, *tc.trusted_link]
+    view = toolchain_view(tc.compiler, [*tc.flags, *link])
+
+    def run(argv: list[str]) -> Outcome:
+        left = deadline - time.monotonic()
+        limits = Limits(wall_s=max(0.05, left), cpu_s=int(max(left, 0)) + 2,
+                        address_space_mb=tc.memory_mb, processes=tc.processes,
+                        file_size_bytes=256 << 20, open_files=256, stack_mb=64)  # fmt: skip
+        return run_sandboxed(argv, work, limits, env, ids=tc.ids, output_cap=tc.cap * 4,
+                             view=view)  # fmt: skip
+
+    # 1: C -> assembly, and what the assembler would read is checked before it runs
+    res = run([tc.compiler, *tc.flags, "-include", "hargo_gemm.h", "-S", "kernel.c",
+               "-o", "kernel.s"])  # fmt: skip
+    att = _Attempt("built", layers=res.layers, unavailable=res.unavailable)
+    att.output = _excerpt(res.output, work, tc.cap)
+    if _timed_out(res):
+        return _verdict(att, "timeout", f"compile exceeded {timeout_s:g} s", cacheable=False)
+    asm = Path(work, "kernel.s")
+    if res.signal is not None or res.returncode != 0 or not asm.is_file():
+        return _diagnose(att, res)
+    why = scan_assembly(asm)
+    if why:
+        return _verdict(att, "format_violation", why, output="")  # the assembler never ran
+    # 2: assemble, localise every symbol but gemm, dump the object, guard its size, link
+    script = _object_script(tc, link)
+    res = run(["/bin/sh", "-c", script])
+    att.layers, att.unavailable = res.layers, res.unavailable
+    first = att.output
+    att.output = _excerpt((first + "\n" if first else "") + res.output, work, tc.cap)
+    if _timed_out(res):
+        return _verdict(att, "timeout", f"compile exceeded {timeout_s:g} s", cacheable=False)
+    rc = res.returncode if res.signal is None else None
+    if rc == 10:  # the assembler refused kernel.s (an asm statement's text)
+        return _diagnose(att, res)
+    if tc.trusted_link is None:
+        if rc in (11, 12, 13) or rc is None or not Path(work, "kernel.elf").is_file():
+            return _suspect(att, res, "the toolchain could not process the kernel's object")
+        elf = Path(work, "kernel.elf").read_text(errors="replace")
+        try:
+            symbols, sections = parse_readelf(elf)
+            att.openmp = openmp_symbols(symbols)
+            check_object(symbols, sections)
+            check_static_size(elf, STATIC_DATA_LIMIT)
+        except Violation as v:
+            return _verdict(att, "format_violation", str(v))
+        if rc == DATA_REJECTED:  # `size` saw more than readelf: believe the larger
+            return _verdict(att, "format_violation", "static data exceeds the limit of "
+                            f"{STATIC_DATA_LIMIT >> 20} MB")  # fmt: skip
+    if rc != 0 or not Path(work, "kernel.bin").is_file():
+        # the object passed every check: a link failure is suspected to be the toolchain's
+        att.link_output = res.output
+        return _suspect(att, res, f"link failed: {_first_error(res.output)}")
+    return att
+
+
+def _object_script(tc: _Toolchain, link: list[str]) -> str:
+    """The shell script of step 2 (exit 10: assembler, 11-13: localising and dumping the object,
+    98: static data over the limit, 20: link)."""
+    cc = shlex.join([tc.compiler, *tc.flags])
+    # the partial link with only the flags that choose the linker and the ABI: -fopenmp would
+    # link libgomp into the object, -flto hand it to the LTO plugin
+    partial = shlex.join([tc.compiler, *(f for f in tc.flags if f.startswith(PARTIAL_LINK_FLAGS)),
+                          "-r", "-nostdlib", "-Wl,-d"])  # fmt: skip
+    link_cmd = f"{cc} kernel.o kernel_main.o {shlex.join(link)} -o kernel.bin || exit 20"
+    if tc.trusted_link is not None:
+        return f"{cc} -c kernel.s -o kernel.o || exit 10\n{link_cmd}\n"
+    return (
+        f"{cc} -c kernel.s -o kernel.as.o || exit 10\n"
+        f"{partial} kernel.as.o -o kernel.r.o || exit 11\n"
+        "objcopy --keep-global-symbol=gemm kernel.r.o kernel.o || exit 12\n"
+        "readelf -s -S -W kernel.o > kernel.elf || exit 13\n"
+        "set -- $(size kernel.o 2>/dev/null | tail -n 1)\n"
+        f'case "$4" in ""|*[!0-9]*) ;; *) [ "$4" -le {STATIC_DATA_LIMIT} ] || exit '
+        f"{DATA_REJECTED};; esac\n"
+        f"{link_cmd}\n"
+    )
+
+
+def scan_assembly(path: Path) -> str | None:
+    """Why `kernel.s` must not be assembled (a directive that reads a file or builds
+    directives, a C comment outside its strings), or None."""
+    if path.stat().st_size > ASM_TEXT_LIMIT:
+        return (f"the generated assembly is over {ASM_TEXT_LIMIT >> 20} MB (static data "
+                f"over the limit of {STATIC_DATA_LIMIT >> 20} MB?)")  # fmt: skip
+    text = path.read_text(errors="replace")
+    m = ASM_FORBIDDEN.search(text)
+    if m:
+        return f"assembler directive .{m.group(1).lower()} is not allowed"
+    if any(m.group(1) for m in ASM_LEXEMES.finditer(text)):
+        return "a /* comment */ in an asm statement is not allowed (the assembler removes it and "\
+            "joins the text around it)"
+    return None
+
+
+def _timed_out(res: Outcome) -> bool:
+    return res.timed_out or res.signal in (signal.SIGKILL, signal.SIGXCPU)
+
+
+def _verdict(att: _Attempt, verdict: str, reason: str, *, cacheable: bool = True,
+             output: str | None = None) -> _Attempt:  # fmt: skip
+    att.verdict, att.reason = verdict, reason
+    att.cacheable = att.cacheable and cacheable
+    if output is not None:
+        att.output = output
+    return att
+
+
+def _suspect(att: _Attempt, res: Outcome, reason: str) -> _Attempt:
+    return _verdict(att, "suspect", reason, cacheable=False)
+
+
+def toolchain_lines(output: str) -> list[str]:
+    """The lines of compiler output that are not about a place in a source file."""
+    return [ln for ln in output.splitlines() if ln.strip() and not LOCATED.match(ln)]
+
+
+def _diagnose(att: _Attempt, res: Outcome) -> _Attempt:
+    """A compile or assemble step failed: the completion's compile_error (cached when located
+    in kernel.c), a format violation (gemm's type), or a suspicion on the toolchain."""
+    out = res.output
+    own = toolchain_lines(out)
+    env = next((ln for ln in own if ENVIRONMENTAL.search(ln)), None)
+    if res.signal is not None or res.returncode in (126, 127) or env:
+        how = (f"killed by signal {res.signal}" if res.signal is not None
+               else env or f"exit status {res.returncode}")  # fmt: skip
+        return _suspect(att, res, f"the compiler could not run: {how.strip()[:200]}")
+    cacheable = not RESOURCE.search(out)
+    if CONFLICT.search(out):
+        return _verdict(att, "format_violation", f"gemm is not {SIGNATURE}", cacheable=cacheable)
+    if cacheable and not LOCATED_ERROR.search(out):
+        return _suspect(att, res, f"the compiler failed without locating an error: "
+                        f"{_first_error(out)}")  # fmt: skip
+    return _verdict(att, "compile_error", _first_error(att.output),
+                    cacheable=cacheable and bool(KERNEL_ERROR.search(out)))  # fmt: skip
 
 
 def _first_error(output: str) -> str:
-    for line in output.splitlines():
-        if "error" in line:
-            return line.strip()[:200]
-    return (output.strip().splitlines() or ["the compiler failed"])[0][:200]
-
-
-def _tool(argv: list[str]) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as err:
-        raise InfraError(f"{argv[0]} failed: {err}") from None
-    if proc.returncode != 0:
-        raise InfraError(f"{argv[0]} failed: {proc.stderr[:300]}")
-    return proc.stdout
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    for pattern in (r"(?:error|Error):", r"error"):
+        for line in lines:
+            if re.search(pattern, line) and not re.match(r"^\s*\d*\s*\|", line):
+                return line.strip()[:200]
+    return (lines or ["the compiler failed"])[0].strip()[:200]

@@ -50,10 +50,66 @@ def translation_phases(code: str) -> str:
     )
 
 
-COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
+# One left-to-right pass over comments, string and character literals and header names, as the
+# compiler's lexer sees them: a "/*" inside a literal or a header name opens no comment, and a
+# quote inside a comment opens no literal (two separate regexes, comments first, are blinded by
+# `"/*"`). Unterminated literals run to the end of the line (as gcc lexes them), raw strings
+# (`R"x(...)x"`, a GNU C extension) to their delimiter.
+_GAP = r"(?:\s|/\*.*?\*/)*"
+LEXEMES = re.compile(
+    r"(?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))"
+    rf"|(?P<header>(?P<hprefix>(?:#{_GAP}(?:include(?:_next)?|import|embed)|"
+    rf"__has_include(?:_next)?{_GAP}\(){_GAP})(?P<hname><[^>\n]*>))"
+    r'|(?P<raw>(?<![\w])(?:u8|u|U|L)?R"(?P<delim>[^()\\\s"]{0,16})\((?P<rbody>.*?)\)(?P=delim)")'
+    r'|(?P<string>(?:(?<![\w])(?:u8|u|U|L))?"(?P<sbody>(?:\\.|[^"\\\n])*)"?)'
+    r"|(?P<char>'(?:\\.|[^'\\\n])*'?)",
+    re.DOTALL,
+)
+COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')  # a plain literal, once comments are gone
+
+
+def lex(code: str, *, strings: bool = False) -> str:
+    """`code` with comments replaced by a space and, with `strings`, literals emptied (`""`,
+    `' '`); header names stay (comments before them go). Run after `translation_phases`."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group("comment") is not None:
+            return " "
+        if m.group("header") is not None:
+            return COMMENT.sub(" ", m.group("hprefix")) + m.group("hname")
+        if strings:
+            return "' '" if m.group("char") is not None else '""'
+        return m.group(0)
+
+    return LEXEMES.sub(sub, code)
+
+
+def string_literals(code: str) -> list[str]:
+    """The contents of the string literals of `code` (after `translation_phases`), escapes
+    left as written; adjacent literals (only blanks or comments between) joined, as the
+    compiler concatenates them."""
+    out: list[str] = []
+    end = -1
+    for m in LEXEMES.finditer(code):
+        if m.group("comment") is not None:
+            if end >= 0 and not code[end:m.start()].strip():
+                end = m.end()  # a comment between two literals keeps them adjacent
+            continue
+        body = m.group("rbody") if m.group("raw") is not None else m.group("sbody")
+        if body is None:
+            continue
+        if out and end >= 0 and not code[end:m.start()].strip():
+            out[-1] += body
+        else:
+            out.append(body)
+        end = m.end()
+    return out
+
+
 OMP_THREADING = re.compile(
-    r"#\s*pragma\s+omp\s+(?:parallel|for|task|taskloop|sections|single|teams|distribute)\b"
+    r"#\s*pragma\s+omp\s+"
+    r"(?:parallel|for|task|taskloop|sections|single|teams|distribute|target|loop)\b"
     r"|\bomp_(?:set|get)_\w+\s*\("
 )
 SIMD = re.compile(
@@ -78,7 +134,7 @@ OFFSET_INDEX = re.compile(r"\[\s*[^\]]*\+\s*(\d+)\s*\]")
 def strip_comments(code: str) -> str:
     """The code after `translation_phases`, without comments and string literals (so that prose
     does not count)."""
-    return STRINGS.sub('""', COMMENTS.sub(" ", translation_phases(code)))
+    return lex(translation_phases(code), strings=True)
 
 
 def detect_techniques(code: str) -> list[str]:

@@ -3,21 +3,26 @@
 Before compiling (`check_source`): C++ instead of C; includes other than `<system headers>`
 outside the forbidden list; a missing or wrongly typed ``gemm``; SQD-forbidden techniques.
 
-After compiling the kernel alone (`check_object`, on ``readelf -s -S -W`` output):
-  - the only defined global symbol is ``gemm``, a GLOBAL FUNC (not weak, not an IFUNC); everything
-    else must be static (a kernel's own ``clock_gettime``, ``main`` or ``omp_get_wtime`` is out);
-  - every undefined symbol is on the allow-list (libm, OpenMP runtime, memory functions and
-    allocation, stdio output to the already-open streams, a few runtime helpers);
-    a BLAS symbol is reported as such;
-  - no constructor/destructor sections (``.init_array``, ``.fini_array``, ``.preinit_array``,
-    ``.ctors``, ``.dtors``, ``.init``, ``.fini``).
+After compiling the kernel alone, on ``readelf -s -S -W`` of the object whose symbols other than
+``gemm`` the build made local (``objcopy --keep-global-symbol=gemm``: helpers and scratch arrays
+need no ``static``, and cannot interpose on anything):
+  - `check_object`: the only global symbol defined is ``gemm``, a GLOBAL FUNC (not weak, not an
+    IFUNC); no IFUNC at all; every undefined symbol is on the allow-list (libm, OpenMP runtime,
+    memory functions and allocation, stdio output to the already-open streams, a few runtime
+    helpers), a BLAS symbol reported as such; no constructor/destructor sections
+    (``.init_array``, ``.fini_array``, ``.preinit_array``, ``.ctors``, ``.dtors``, ``.init``,
+    ``.fini``, or a section of such a type under any name);
+  - `check_static_size`: the allocated sections (code, ``.data``, ``.bss``, ``.rodata``, TLS, ...)
+    and common symbols together within a limit (a 200 MB table is refused before it is linked
+    or cached).
 """
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
-from hargo_hpc.bench.techniques import COMMENTS, STRINGS, translation_phases
+from hargo_hpc.bench.techniques import COMMENT, lex, string_literals, translation_phases
 
 KERNEL = "gemm"
 SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -47,7 +52,12 @@ def asm_directive_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
 
 # in the source's string literals (asm statements) `.file` too: the compiler writes its own
 ASM_DIRECTIVE = asm_directive_pattern((*ASM_FILE_DIRECTIVES, "file"))
-ADJACENT_STRINGS = re.compile(r'"\s*(?:L|u8|u|U)?"')
+ESCAPE = re.compile(r"\\(?:x([0-9A-Fa-f]+)|([0-7]{1,3})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))",
+                    re.DOTALL)  # fmt: skip
+SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "v": "\v", "f": "\f", "a": "\a", "b": "\b",
+                  "e": "\x1b"}  # fmt: skip
+ATTRIBUTE = re.compile(r"\b(?:__attribute__|__attribute|__declspec)\s*\(")
+C2X_ATTRIBUTE = re.compile(r"\[\[.*?\]\]", re.DOTALL)
 CTOR_TYPES = {"INIT_ARRAY": ".init_array", "FINI_ARRAY": ".fini_array",
               "PREINIT_ARRAY": ".preinit_array"}  # fmt: skip
 OPENMP_RUNTIME = ("omp_", "GOMP_", "__kmpc_")
@@ -81,19 +91,55 @@ class Violation(Exception):
     """A format violation, with a one-line reason."""
 
 
+def unescape(body: str) -> str:
+    """A C string literal's body with its escapes decoded (`\\x2e` is a '.')."""
+
+    def one(m: re.Match[str]) -> str:
+        hexa, octal, u4, u8, other = m.groups()
+        if other is not None:
+            return SIMPLE_ESCAPES.get(other, other)
+        value = int(hexa, 16) if hexa else int(octal, 8) if octal else int(u4 or u8, 16)
+        return chr(value) if value < 0x110000 else "?"
+
+    return ESCAPE.sub(one, body)
+
+
+def strip_attributes(src: str) -> tuple[str, list[str]]:
+    """`src` without ``__attribute__((...))``, ``__declspec(...)`` and ``[[...]]`` (each
+    balanced), and the attribute texts removed."""
+    found: list[str] = []
+    out, pos = [], 0
+    for m in ATTRIBUTE.finditer(src):
+        if m.start() < pos:
+            continue
+        depth, i = 1, m.end()
+        while i < len(src) and depth:
+            depth += {"(": 1, ")": -1}.get(src[i], 0)
+            i += 1
+        found.append(src[m.end():i - 1])
+        out.append(src[pos:m.start()] + " ")
+        pos = i
+    out.append(src[pos:])
+    text = "".join(out)
+    found += C2X_ATTRIBUTE.findall(text)
+    return C2X_ATTRIBUTE.sub(" ", text), found
+
+
 def check_source(code: str, language: str = "c") -> None:
     """Raise Violation when `code` breaks the kernel contract before compiling."""
     if "\0" in code:
         raise Violation("the code contains a NUL character")
     phased = translation_phases(code)  # trigraphs, line splices, digraphs, _Pragma
-    no_comments = COMMENTS.sub(" ", phased)
-    src = STRINGS.sub('""', no_comments)  # = techniques.strip_comments(code)
+    no_comments = lex(phased)  # comments out, literals kept (one pass: "/*" opens nothing)
+    src = lex(phased, strings=True)  # = techniques.strip_comments(code)
     if language != "c" or CPP_MARKERS.search(src):
         raise Violation("the code is C++, not C")
-    literals = " ".join(STRINGS.findall(ADJACENT_STRINGS.sub("", no_comments)))
-    asm = ASM_DIRECTIVE.search(literals.replace("\\n", "\n").replace("\\t", " "))
-    if asm:
-        raise Violation(f"assembler directive .{asm.group(1)} is not allowed")
+    for literal in string_literals(phased):
+        text = unescape(literal)
+        # the assembler drops /* comments */: ".inc/**/bin" is .incbin to it
+        asm = ASM_DIRECTIVE.search(text) or ASM_DIRECTIVE.search(COMMENT.sub("", text))
+        if asm:
+            raise Violation(f"assembler directive .{asm.group(1)} is not allowed")
     for directive, rest in INCLUDE.findall(no_comments):
         if directive != "include":
             raise Violation(f"#{directive} is not allowed")
@@ -105,7 +151,8 @@ def check_source(code: str, language: str = "c") -> None:
             raise Violation(f"forbidden header <{header}>")
     if re.search(r"\bmain\s*\([^;]*\)\s*\{", src):
         raise Violation("the code defines main; the harness owns it")
-    if re.search(r"__attribute__\s*\(\(\s*[^)]*\b(?:constructor|destructor|ifunc)\b", src):
+    src, attributes = strip_attributes(src)
+    if any(re.search(r"\b_*(?:constructor|destructor|ifunc)_*\b", a) for a in attributes):
         raise Violation("constructors, destructors and ifunc resolvers are not allowed")
     definitions = DEFINITION.findall(src)
     if not definitions:
@@ -146,22 +193,83 @@ def check_forbidden(techniques: list[str], forbidden: list[str]) -> None:
         raise Violation(f"uses technique(s) forbidden at this stage: {', '.join(used)}")
 
 
+class Section(NamedTuple):
+    """One row of readelf's section table."""
+
+    name: str
+    type: str
+    flags: str  # readelf's letters: A = allocated (in memory at run time), W, X, T, ...
+    size: int
+
+
+HEX = re.compile(r"[0-9a-fA-F]+")
+SECTION_ROW = re.compile(r"^\s*\[\s*\d+\]\s?(.*)$")
+
+
+def section_table(text: str) -> list[Section]:
+    """The sections of ``readelf -S -W`` output (the NULL section left out). A row that cannot
+    be read raises Violation: nothing about the object is assumed."""
+    sections = []
+    for line in text.splitlines():
+        m = SECTION_ROW.match(line)
+        if not m:
+            continue
+        parts = m.group(1).split()
+        # name type address offset size entsize [flags] link info align: the address is the
+        # first field of 8 or 16 hex digits followed by three more hex fields
+        at = next((i for i in range(1, len(parts) - 6)
+                   if len(parts[i]) in (8, 16) and all(HEX.fullmatch(x) for x in parts[i:i + 4])),
+                  None)  # fmt: skip
+        if at is None or len(parts) - at not in (7, 8):
+            raise Violation(f"cannot read the object's section table: {line.strip()[:80]!r}")
+        name = " ".join(parts[:at - 1])
+        if not name and parts[at - 1] == "NULL":
+            continue
+        flags = parts[at + 4] if len(parts) - at == 8 else ""
+        sections.append(Section(name, parts[at - 1], flags, int(parts[at + 3], 16)))
+    return sections
+
+
 def parse_readelf(text: str) -> tuple[list[tuple[str, str, str, str]], list[str]]:
-    """Symbols (name, bind, type, ndx) and section names from ``readelf -s -S -W`` output."""
+    """Symbols (name, bind, type, ndx) and section names from ``readelf -s -S -W`` output; a
+    section of a constructor-table type is also listed under that table's name."""
     symbols, sections = [], []
+    for sec in section_table(text):
+        sections.append(sec.name)
+        ctor = CTOR_TYPES.get(sec.type)
+        if ctor and not sec.name.startswith(ctor):  # a constructor table by any name
+            sections.append(ctor)
     for line in text.splitlines():
         parts = line.split()
-        if line.lstrip().startswith("[") and "]" in line:
-            rest = line.split("]", 1)[1].split()
-            if rest and rest[0].startswith("."):
-                sections.append(rest[0])
-                ctor = CTOR_TYPES.get(rest[1]) if len(rest) > 1 else None
-                if ctor and not rest[0].startswith(ctor):  # a constructor table by any name
-                    sections.append(ctor)
-        elif len(parts) >= 8 and parts[0].endswith(":") and parts[0][:-1].isdigit():
+        if len(parts) >= 8 and parts[0].endswith(":") and parts[0][:-1].isdigit():
             _, _, _, typ, bind, _, ndx, name = parts[:8]
             symbols.append((name, bind, typ, ndx))
     return symbols, sections
+
+
+def common_bytes(text: str) -> int:
+    """Bytes of the common symbols (``-fcommon`` tentative definitions) in readelf's symbols."""
+    total = 0
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 8 and parts[0].endswith(":") and parts[6] == "COM":
+            size = parts[2]
+            total += int(size, 16) if size.lower().startswith("0x") else int(size)
+    return total
+
+
+def static_bytes(text: str) -> int:
+    """Memory the object takes at run time before any malloc: its allocated sections (code,
+    data, bss, rodata, TLS, ...) and common symbols, from ``readelf -s -S -W`` output."""
+    return sum(s.size for s in section_table(text) if "A" in s.flags) + common_bytes(text)
+
+
+def check_static_size(text: str, limit: int) -> None:
+    """Raise Violation when the object's static data exceeds `limit` bytes."""
+    size = static_bytes(text)
+    if size > limit:
+        raise Violation(f"static data of {size / 2**20:.0f} MB exceeds the limit of "
+                        f"{limit / 2**20:.0f} MB (allocate large buffers with malloc)")  # fmt: skip
 
 
 def openmp_symbols(symbols: list[tuple[str, str, str, str]]) -> list[str]:
@@ -178,6 +286,8 @@ def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) 
     """
     kernel = None
     for name, bind, typ, ndx in symbols:
+        if typ in ("IFUNC", "GNU_IFUNC") and ndx != "UND":
+            raise Violation(f"{name or 'a symbol'} is an IFUNC: resolvers are not allowed")
         if bind == "LOCAL" or not name:
             continue
         if ndx == "UND":
@@ -186,7 +296,7 @@ def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) 
             if BLAS.search(name):
                 raise Violation(f"calls a BLAS ({name}); the kernel must compute the product")
             raise Violation(f"uses {name}, which is not on the allow-list")
-        if name != KERNEL:
+        if name != KERNEL:  # the build localises every other symbol; this is a second line
             raise Violation(f"defines global symbol {name}; only gemm may be global")
         kernel = (bind, typ)
     if kernel is None:

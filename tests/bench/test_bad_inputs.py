@@ -119,6 +119,8 @@ CASES: dict[str, tuple[str, str]] = {
         ),
         "format_violation",
     ),
+    # the build localises every symbol but gemm: its own clock_gettime interposes on nothing
+    # (and the clock is in the judge, another binary)
     "own_clock_gettime": (
         kernel(
             CORRECT_BODY,
@@ -126,7 +128,7 @@ CASES: dict[str, tuple[str, str]] = {
             "int clock_gettime(clockid_t c, struct timespec *t) { t->tv_sec = 0;\n"
             "  t->tv_nsec = 0; return 0; }",
         ),
-        "format_violation",
+        "ok",
     ),
     "defines_main": (kernel(CORRECT_BODY, "int main(void) { return 0; }"), "format_violation"),
     "ifunc": (

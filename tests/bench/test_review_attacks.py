@@ -133,6 +133,7 @@ def test_compile_error_cache_policy(output, status, cached, settings, tmp_path, 
                        output_bytes=len(output))  # fmt: skip
 
     monkeypatch.setattr(build_mod, "run_sandboxed", fake)
+    monkeypatch.setattr(build_mod, "_PROBES", {})  # a suspicion is confirmed by a probe compile
     cache = str(tmp_path / "c")
     rec = run_request({"id": "x", "completion": kernel_source("naive")}, settings,
                       cache_dir=cache)  # fmt: skip
