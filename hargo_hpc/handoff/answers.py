@@ -9,11 +9,16 @@
   is claimable again at once). At the last attempt the `infra_error` result is written.
 * `give_up` writes the `infra_error` result of a request whose attempts are used up by expired
   leases (the claimer notices it when it takes the request over).
+* `InfraWatch` counts the workload's runs and infrastructure failures (`workload_runs`,
+  `infra_errors` in the heartbeat) and keeps the first failure's message: past
+  `max_infra_share` the worker stops with it (an `infra_error` is never scored, so a harness
+  bug that fails every request would otherwise only shrink the training data, silently).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -29,17 +34,44 @@ from hargo_hpc.handoff.leases import Held
 log = logging.getLogger("hargo_hpc.handoff.worker")
 
 
+class InfraWatch:
+    """The share of this worker's workload runs that were infrastructure failures."""
+
+    def __init__(self, counts: Counts, max_share: float, min_runs: int) -> None:
+        self.counts = counts
+        self.max_share = max_share
+        self.min_runs = min_runs
+        self.first = ""  # the first failure's message
+        self._lock = threading.Lock()
+
+    def record(self, infra: bool, message: str) -> None:
+        self.counts.add("workload_runs")
+        if infra:
+            self.counts.add("infra_errors")
+            with self._lock:
+                self.first = self.first or message[:500]
+
+    def tripped(self) -> str:
+        """'' while the share is acceptable, else why the worker must stop."""
+        runs, infra = self.counts["workload_runs"], self.counts["infra_errors"]
+        if runs < self.min_runs or infra <= self.max_share * runs:
+            return ""
+        return (f"{infra} of {runs} workload runs ended infra_error (more than "
+                f"{self.max_share:.0%}); the first: {self.first}")  # fmt: skip
+
+
 class Answers:
     """Writes results, duplicates and `.failed` markers for one worker process."""
 
     def __init__(self, layout: Layout, worker_id: str, nonce: str, max_attempts: int,
-                 fsync: bool, counts: Counts) -> None:
+                 fsync: bool, counts: Counts, watch: InfraWatch) -> None:
         self.layout = layout
         self.worker_id = worker_id
         self.nonce = nonce
         self.max_attempts = max_attempts
         self.fsync = fsync
         self.counts = counts
+        self.watch = watch
 
     def answer(self, held: Held, record: dict[str, Any] | None, error: str) -> None:
         """Result or failure marker for the workload's `record` (None: it raised `error`).
@@ -52,8 +84,11 @@ class Answers:
             if error:
                 record = None
         infra = record is None or record.get("status") == "infra_error"
-        if infra and held.failures + 1 < self.max_attempts:
+        why = ""
+        if infra:
             why = error or str(record.get("reason") or record.get("error") or "infra_error")
+        self.watch.record(infra, why)
+        if infra and held.failures + 1 < self.max_attempts:
             self.fail_attempt(held, why)
             return
         if record is None:

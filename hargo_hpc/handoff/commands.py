@@ -107,6 +107,9 @@ def handoff_schema(kind: str | None) -> None:
               help="lease in seconds [handoff.lease_s]")
 @click.option("--max-attempts", type=click.IntRange(min=1),
               help="infra failures before infra_error [handoff.max_attempts]")
+@click.option("--max-infra-share", type=click.FloatRange(min=0, max=1, min_open=True),
+              help="exit non-zero once more workload runs than this end infra_error "
+              "[handoff.max_infra_share]")
 @click.option("--config", "job", type=click.Path(dir_okay=False),
               help="experiment file: its [handoff] and [bench] sections")
 @click.option("--fsync/--no-fsync", default=None,
@@ -117,13 +120,16 @@ def handoff_schema(kind: str | None) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="log warnings and errors only")
 def worker(
     directory: str, max_idle: float | None, max_requests: int | None, threads: int | None,
-    lease: float | None, max_attempts: int | None, job: str | None, fsync: bool | None,
+    lease: float | None, max_attempts: int | None, max_infra_share: float | None,
+    job: str | None, fsync: bool | None,
     workload: str | None, worker_id: str | None, quiet: bool,
 ) -> None:
     """Claim, benchmark and answer requests of a handoff directory until told to stop.
 
     Exits on the stop sentinel, when idle too long, after --max-requests, or on SIGTERM /
-    SIGUSR1 (its claims are released first, so other workers take them over at once).
+    SIGUSR1 (its claims are released first, so other workers take them over at once); exits
+    with status 1 when a workload thread crashed or when too many runs ended infra_error
+    (--max-infra-share), with the first error's message.
     """
     from hargo_hpc.handoff.worker import Worker, bench_workload
 
@@ -133,7 +139,7 @@ def worker(
     )
     settings, bench = _settings(job)
     options = {"lease_s": lease, "max_attempts": max_attempts, "fsync": fsync,
-               "worker_max_idle_s": max_idle}  # fmt: skip
+               "worker_max_idle_s": max_idle, "max_infra_share": max_infra_share}  # fmt: skip
     updates = {key: value for key, value in options.items() if value is not None}
     try:  # validated again: e.g. --max-idle must outlive the lease
         settings = HandoffSettings.model_validate({**settings.model_dump(), **updates})
@@ -150,7 +156,7 @@ def worker(
     except HandoffError as err:
         raise UsageFailure(str(err)) from None
     click.echo(f"worker stopped: {stopped}", err=True)
-    if stopped.failed:  # a workload thread crashed: exit status 1
+    if stopped.failed:  # a workload thread crashed, or the harness fails: exit status 1
         sys.exit(1)
 
 

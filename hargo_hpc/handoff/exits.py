@@ -19,12 +19,13 @@ class ExitReason(enum.Enum):
     MAX_REQUESTS = "max requests"  # max_requests claims taken, and all of them finished
     SIGNAL = "signal"  # SIGTERM, SIGUSR1 or SIGINT: held claims are released at once
     CRASHED = "crashed"  # a workload thread died of a bug
+    INFRA = "infra errors"  # too many workload runs ended infra_error (answers.InfraWatch)
     ERROR = "error"  # the main loop itself raised
 
     @property
     def failed(self) -> bool:
         """Whether the worker broke (the CLI exits with status 1) rather than stopped."""
-        return self in (ExitReason.CRASHED, ExitReason.ERROR)
+        return self in (ExitReason.CRASHED, ExitReason.INFRA, ExitReason.ERROR)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Exit:
             return f"max requests ({detail})"
         if reason is ExitReason.SIGNAL:
             return f"signal {detail}"
-        if reason is ExitReason.CRASHED:
+        if reason is ExitReason.CRASHED or reason is ExitReason.INFRA:
             return f"failed: {detail}"
         if reason is ExitReason.ERROR:
             return f"error: {detail}" if detail else "error"

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
 from hargo_hpc.handoff import schema
@@ -64,8 +64,10 @@ class Heartbeat:
     """Writes one worker process's heartbeat file."""
 
     def __init__(self, layout: Layout, worker_id: str, nonce: str, interval_s: float,
-                 counts: Counts) -> None:
+                 counts: Counts, first_infra_error: Callable[[], str] = str) -> None:
+        """`first_infra_error()`: the first infra_error message of this worker ('' = none)."""
         self.path = layout.workers / f"{worker_id}.{nonce}.json"
+        self.first_infra_error = first_infra_error
         self.worker_id = worker_id
         self.nonce = nonce
         self.interval_s = interval_s
@@ -81,7 +83,7 @@ class Heartbeat:
             slurm={k: os.environ[k] for k in SLURM_KEYS if k in os.environ},
             started_at=self.started, updated_at=time.time(), state=state,
             exit_reason=reason, held=held, counts=self.counts.snapshot(),
-            interval_s=self.interval_s,
+            interval_s=self.interval_s, first_infra_error=self.first_infra_error(),
         )
         try:
             write_atomic(self.path, schema.dump(beat), fsync=False)

@@ -121,6 +121,7 @@ class Heartbeat(_File):
     exit_reason: str = ""
     held: list[str] = Field(default_factory=list, description="step/request of held claims")
     counts: dict[str, int] = Field(default_factory=dict)
+    first_infra_error: str = Field("", description="the first workload run that was infra_error")
 
 
 class Stop(_File):

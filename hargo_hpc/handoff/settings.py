@@ -24,6 +24,13 @@ class HandoffSettings(BaseModel):
     fsync: bool = Field(
         True, description="fsync results and the trainer's files before they are put in place"
     )
+    max_infra_share: float = Field(
+        0.5, gt=0, le=1,
+        description="a worker whose workload runs end infra_error more often than this (after "
+        "infra_min_runs) exits non-zero with the first error: a broken harness must not "
+        "quietly shrink the training data",
+    )
+    infra_min_runs: int = Field(8, ge=1, description="runs before max_infra_share is judged")
 
     @model_validator(mode="after")
     def _idle_outlives_lease(self) -> HandoffSettings:

@@ -44,6 +44,7 @@ class WorkerStatus:
     held: int
     counts: dict[str, int]
     exit_reason: str = ""
+    first_infra_error: str = ""
 
 
 @dataclass
@@ -131,7 +132,7 @@ def _workers(layout: Layout, now: float, skipped: list[str]) -> list[WorkerStatu
         live = beat.state == "running" and age <= 3 * beat.interval_s + 2.0
         found.append(WorkerStatus(
             beat.worker_id, beat.host, beat.pid, beat.state, live, age, len(beat.held),
-            beat.counts, beat.exit_reason,
+            beat.counts, beat.exit_reason, beat.first_infra_error,
         ))
     return found
 
@@ -154,6 +155,12 @@ def render(status: HandoffStatus, *, all_workers: bool = False) -> str:
                      f"(waiting {oldest.oldest_pending_age_s:.0f} s)")
     live = [w for w in status.workers if w.live]
     lines.append(f"workers: {len(live)} live, {len(status.workers) - len(live)} gone")
+    runs = sum(w.counts.get("workload_runs", 0) for w in status.workers)
+    infra = sum(w.counts.get("infra_errors", 0) for w in status.workers)
+    if runs:  # infra_error is never scored: a high share silently shrinks the training data
+        first = next((w.first_infra_error for w in status.workers if w.first_infra_error), "")
+        lines.append(f"infra errors: {infra} of {runs} workload runs ({infra / runs:.1%})"
+                     + (f"; first: {first}" if first else ""))
     for w in status.workers:
         if not (w.live or all_workers):
             continue

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hargo_hpc.handoff.answers import Answers
+from hargo_hpc.handoff.answers import Answers, InfraWatch
 from hargo_hpc.handoff.atomic import touch
 from hargo_hpc.handoff.claimer import Claimer
 from hargo_hpc.handoff.errors import HandoffError, describe
@@ -127,12 +127,13 @@ class Worker:
         self._claim_lock = threading.Lock()  # one workload thread at a time scans and claims
         self._signal = ""
         self._crashed = ""
+        self.infra = InfraWatch(self.counts, settings.max_infra_share, settings.infra_min_runs)
         self.heartbeat = Heartbeat(self.layout, self.worker_id, self.nonce, beat_every,
-                                   self.counts)
+                                   self.counts, lambda: self.infra.first)
         self.leases = Leases(self.layout, self.worker_id, self.lease_s, self._stop,
                              lambda path: self.renew(path), self.counts)
         self.answers = Answers(self.layout, self.worker_id, self.nonce, settings.max_attempts,
-                               settings.fsync, self.counts)
+                               settings.fsync, self.counts, self.infra)
         self.catalogue = StepCatalogue(self.layout, self.poll_s, self.counts, self.worker_id)
         self.claimer = Claimer(
             self.layout, self.catalogue, self.leases, self.answers, self.activity, self.counts,
@@ -189,6 +190,9 @@ class Worker:
             return Exit(ExitReason.STOP_SENTINEL)
         if self._crashed:
             return Exit(ExitReason.CRASHED, self._crashed)
+        broken = self.infra.tripped()
+        if broken:
+            return Exit(ExitReason.INFRA, broken)
         busy = self.leases.busy
         if self.max_requests is not None and self.leases.taken >= self.max_requests and not busy:
             return Exit.max_requests(self.max_requests)
@@ -277,7 +281,8 @@ class Worker:
     def _take(self) -> Held | None:
         """The next claim, now held and renewed; None when there is none or we stop."""
         with self._claim_lock:
-            if self._stop.is_set() or self._quota_reached():
+            # a tripped infra watch takes nothing more: the main loop stops the worker next tick
+            if self._stop.is_set() or self._quota_reached() or self.infra.tripped():
                 return None
             held = self.claimer.next_claim()
             if held is None:

@@ -70,3 +70,26 @@ class FlakyWorkloadDouble(CountingWorkloadDouble):
             return {"request_id": request["id"], "status": "infra_error", "reward": 0.0,
                     "error": "compiler not found"}
         return record
+
+
+def broken_harness_double(request: dict[str, Any]) -> dict[str, Any]:
+    """A harness bug: every request comes back infra_error (never scored)."""
+    return {"request_id": request["id"], "status": "infra_error", "reward": None,
+            "reason": "harness error: KeyError: 'gflops'"}
+
+
+class SometimesBrokenDouble(CountingWorkloadDouble):
+    """infra_error for every `every`-th call, ok otherwise."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__()
+        self.every = every
+        self.total = 0
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        record = super().__call__(request)
+        self.total += 1
+        if self.total % self.every == 0:
+            return {"request_id": request["id"], "status": "infra_error", "reward": None,
+                    "reason": "node scratch disk full"}
+        return record

@@ -299,7 +299,8 @@ def test_a_crashed_workload_thread_fails_the_worker(
     assert stopped.reason is ExitReason.CRASHED and stopped.failed
     assert str(stopped).startswith("failed: ") and "a bug" in str(stopped)
     assert not Exit.idle(3).failed and str(Exit.idle(3)) == "idle for 3 s"
-    assert [r for r in ExitReason if r.failed] == [ExitReason.CRASHED, ExitReason.ERROR]
+    assert [r for r in ExitReason if r.failed] == [ExitReason.CRASHED, ExitReason.INFRA,
+                                                   ExitReason.ERROR]
 
 
 # ---------------------------------------------------------------- 4. one bad step
