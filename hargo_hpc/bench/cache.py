@@ -1,21 +1,42 @@
 """Compile cache: one build per distinct (source, compiler, compiler version, flags, driver).
 
 Layout: ``<root>/<key[:2]>/<key>/`` holding ``meta.json`` (the build verdict, compiler output)
-and, for a good build, ``gemm.bin``.  An entry is written into a private temporary directory
+and, for a good build, ``kernel.bin``.  An entry is written into a private temporary directory
 next to it and published with one ``rename``: readers never see half an entry, and when two
 workers build the same key at once the first rename wins and the second just drops its copy.
 Only deterministic verdicts are stored (built, compile_error, format_violation), never timeouts.
+
+Bounded: after a store, at most every `scan_interval_s` per process and root, the cache is
+measured and, above `max_bytes` or `max_entries`, the least recently used entries (by the mtime
+of their ``meta.json``, refreshed by `load` at most once a minute) are evicted until it is back
+under 90 % of both bounds.  Entries used within `min_age_s` (longer than a request's deadline:
+a worker may be about to exec its binary) are never evicted, so the bound is soft.  Eviction is
+safe under concurrent workers: an entry is first renamed aside (``.evict-*``, atomic: a
+concurrent reader sees the whole entry or nothing, i.e. a miss) and only then removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from hargo_hpc.files import publish_directory
+from hargo_hpc.files import TEMP_PREFIX, publish_directory
+
+DEFAULT_MAX_BYTES = 2 << 30
+DEFAULT_MAX_ENTRIES = 20000
+EVICT_PREFIX = ".evict-"
+TOUCH_INTERVAL_S = 60.0  # `load` refreshes an entry's last use at most this often
+MIN_AGE_S = 900.0  # entries used more recently are never evicted
+SCAN_INTERVAL_S = 60.0  # the cache is measured at most this often per process and root
+STALE_S = 3600.0  # temporary and evicted directories older than this are removed by a scan
+_LAST_SCAN: dict[str, float] = {}
 
 
 def cache_key(*parts: str) -> str:
@@ -38,30 +59,53 @@ def default_cache_root() -> Path:
     return user_cache_dir() / "bench"
 
 
+@dataclass(frozen=True)
+class _Entry:
+    path: Path
+    used: float  # mtime of meta.json
+    size: int  # bytes of its files
+
+
 class CompileCache:
     """A directory of published build entries (see module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        min_age_s: float = MIN_AGE_S,
+        scan_interval_s: float = SCAN_INTERVAL_S,
+    ) -> None:
         self.root = Path(root) if root else default_cache_root()
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self.min_age_s, self.scan_interval_s = min_age_s, scan_interval_s
 
     def entry(self, key: str) -> Path:
         return self.root / key[:2] / key
 
     def load(self, key: str) -> tuple[dict, Path] | None:
-        """(meta, entry dir) of a complete published entry, or None."""
+        """(meta, entry dir) of a complete published entry, or None (also when it is being
+        evicted right now)."""
         path = self.entry(key)
+        meta_path = path / "meta.json"
         try:
-            meta = json.loads((path / "meta.json").read_text())
+            meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             return None
         if any(not (path / name).is_file() for name in meta.get("files", [])):
             return None
+        with contextlib.suppress(OSError):  # last use, for eviction (at most once a minute)
+            if time.time() - meta_path.stat().st_mtime > TOUCH_INTERVAL_S:
+                os.utime(meta_path)
         return meta, path
 
     def store(self, key: str, meta: dict, files: dict[str, str] | None = None) -> Path:
         """Publish an entry atomically; returns the published directory (ours or a winner's).
 
         `files` maps names inside the entry to paths to copy in; `meta["files"]` lists them.
+        Then, at most every `scan_interval_s`, evicts old entries beyond the bounds.
         """
         final = self.entry(key)
         with publish_directory(final) as tmp:
@@ -69,4 +113,68 @@ class CompileCache:
                 shutil.copy2(src, tmp / name)
             meta = {**meta, "files": sorted(files or {})}
             (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True))
+        root = str(self.root)
+        now = time.monotonic()
+        if now - _LAST_SCAN.get(root, -1e18) >= self.scan_interval_s:
+            _LAST_SCAN[root] = now
+            with contextlib.suppress(OSError):
+                self.evict(keep=final)
         return final
+
+    def entries(self) -> list[_Entry]:
+        """Every published entry with its last use and size (removing stale leftovers)."""
+        found = []
+        now = time.time()
+        for shard in _listdir(self.root):
+            if len(shard.name) != 2 or not shard.is_dir():
+                continue
+            for path in _listdir(shard):
+                if path.name.startswith((EVICT_PREFIX, TEMP_PREFIX)):
+                    with contextlib.suppress(OSError):
+                        if now - path.stat().st_mtime > STALE_S:
+                            shutil.rmtree(path, ignore_errors=True)
+                    continue
+                try:
+                    used = (path / "meta.json").stat().st_mtime
+                    size = sum(f.stat().st_size for f in _listdir(path))
+                except OSError:
+                    continue  # half gone (evicted by another worker)
+                found.append(_Entry(path, used, size))
+        return found
+
+    def evict(self, keep: Path | None = None) -> list[Path]:
+        """Remove least recently used entries until both bounds hold with 10 % to spare
+        (none used within `min_age_s`, never `keep`); returns the entries removed."""
+        entries = self.entries()
+        total = sum(e.size for e in entries)
+        count = len(entries)
+        if total <= self.max_bytes and count <= self.max_entries:
+            return []
+        want_bytes, want_count = int(self.max_bytes * 0.9), int(self.max_entries * 0.9)
+        removed = []
+        cutoff = time.time() - self.min_age_s
+        for e in sorted(entries, key=lambda e: (e.used, e.path.name)):
+            if total <= want_bytes and count <= want_count:
+                break
+            if e.used > cutoff or e.path == keep:
+                continue
+            with contextlib.suppress(OSError):
+                if (e.path / "meta.json").stat().st_mtime > cutoff:
+                    continue  # used since the scan
+            aside = e.path.with_name(f"{EVICT_PREFIX}{e.path.name}-{secrets.token_hex(4)}")
+            try:
+                os.rename(e.path, aside)  # atomic: readers see the entry or a miss
+            except OSError:
+                continue  # another worker evicted it first
+            shutil.rmtree(aside, ignore_errors=True)
+            total -= e.size
+            count -= 1
+            removed.append(e.path)
+        return removed
+
+
+def _listdir(path: Path) -> list[Path]:
+    try:
+        return list(path.iterdir())
+    except OSError:
+        return []

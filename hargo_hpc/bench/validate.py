@@ -226,7 +226,7 @@ def section_table(text: str) -> list[Section]:
         if not name and parts[at - 1] == "NULL":
             continue
         flags = parts[at + 4] if len(parts) - at == 8 else ""
-        sections.append(Section(name, parts[at - 1], flags, int(parts[at + 3], 16)))
+        sections.append(Section(name, parts[at - 1], flags, int(parts[at + 2], 16)))
     return sections
 
 
