@@ -1,17 +1,19 @@
 """A cgroup of its own for every sandboxed run, where the worker may create one.
 
-Each run gets `pids` (pids.max = `max_processes`), `memory` (the memory limit, counting every
-process and thread of the run together, which RLIMIT_AS cannot) and `cpuset` (exactly the CPUs
-the worker was given: no kernel thread can widen its affinity onto another job's cores). The
+Each run gets `pids` (pids.max: every thread of the judge, the reference and the kernel) and
+`cpuset` (exactly the CPUs the worker was given: no kernel thread can widen its affinity onto
+another job's cores). Memory stays bounded per process by RLIMIT_AS: a group-wide memory limit
+would let the kernel's allocations get the judge or the reference killed by the OOM killer (an
+unscored infra_error for a bad kernel). The
 group is created below the worker's own group in each hierarchy (so a Slurm job's limits still
 hold), the run's first process enters it before its exec, and it is emptied and removed after.
 
 cgroup v2 (one unified hierarchy, `cgroup.controllers` at its root) and v1 (one hierarchy per
 controller, as on these machines) are both supported. Without permission to create groups (an
 ordinary user without delegation) there is none: the record's `sandbox_unavailable` says so and
-the rlimits and the per-request uid remain (RLIMIT_NPROC per uid, RLIMIT_AS per process, the
-worker's own affinity mask, which a kernel thread may widen only where no cpuset confines the
-worker, as Slurm's task cgroup does).
+the rlimits and the per-request uid remain (RLIMIT_NPROC per uid, the worker's own affinity
+mask, which a kernel thread may widen only where no cpuset confines the worker, as Slurm's task
+cgroup does).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-V1_CONTROLLERS = ("pids", "memory", "cpuset")
+V1_CONTROLLERS = ("pids", "cpuset")
 
 
 @dataclass
@@ -91,19 +94,19 @@ def _cpus() -> str:
     return ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
 
 
-def create(name: str, *, pids_max: int, memory_bytes: int) -> tuple[RunCgroup | None, str]:
+def create(name: str, *, pids_max: int) -> tuple[RunCgroup | None, str]:
     """A fresh group `name` for one run, or (None, why not)."""
     try:
         if (ROOT / "cgroup.controllers").is_file():
-            return _create_v2(name, pids_max, memory_bytes), ""
+            return _create_v2(name, pids_max), ""
         if all((ROOT / c).is_dir() for c in V1_CONTROLLERS):
-            return _create_v1(name, pids_max, memory_bytes), ""
+            return _create_v1(name, pids_max), ""
     except OSError as err:
         return None, f"cgroup (cannot create one here: {err.strerror or err})"
-    return None, "cgroup (no pids, memory and cpuset controllers mounted)"
+    return None, "cgroup (no pids and cpuset controllers mounted)"
 
 
-def _create_v1(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
+def _create_v1(name: str, pids_max: int) -> RunCgroup:
     made: list[Path] = []
     try:
         for controller in V1_CONTROLLERS:
@@ -115,8 +118,6 @@ def _create_v1(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
             made.append(directory)
             if controller == "pids":
                 _write(directory / "pids.max", str(pids_max))
-            elif controller == "memory":
-                _write(directory / "memory.limit_in_bytes", str(memory_bytes))
             else:  # cpuset needs both set before a process may enter
                 _write(directory / "cpuset.cpus", _cpus())
                 _write(directory / "cpuset.mems", (directory.parent / "cpuset.mems").read_text())
@@ -126,13 +127,13 @@ def _create_v1(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
     return RunCgroup(made, 1)
 
 
-def _create_v2(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
+def _create_v2(name: str, pids_max: int) -> RunCgroup:
     own = _own_path("")
     if own is None:
         raise OSError(0, "this process has no cgroup v2 group")
     parent = ROOT / own.lstrip("/")
     enabled = set((parent / "cgroup.subtree_control").read_text().split())
-    missing = {"pids", "memory", "cpuset"} - enabled
+    missing = {"pids", "cpuset"} - enabled
     if missing:
         raise OSError(0, f"controllers {', '.join(sorted(missing))} not delegated to {parent}")
     directory = parent / name
@@ -140,7 +141,6 @@ def _create_v2(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
     group = RunCgroup([directory], 2)
     try:
         _write(directory / "pids.max", str(pids_max))
-        _write(directory / "memory.max", str(memory_bytes))
         _write(directory / "cpuset.cpus", _cpus())
     except OSError:
         group.remove()
@@ -149,9 +149,9 @@ def _create_v2(name: str, pids_max: int, memory_bytes: int) -> RunCgroup:
 
 
 @contextlib.contextmanager
-def run_cgroup(name: str, *, pids_max: int, memory_bytes: int):
+def run_cgroup(name: str, *, pids_max: int) -> Iterator[tuple[RunCgroup | None, str]]:
     """(group or None, why not) for the `with` block; the group is removed at the end."""
-    group, why = create(name, pids_max=pids_max, memory_bytes=memory_bytes)
+    group, why = create(name, pids_max=pids_max)
     try:
         yield group, why
     finally:
