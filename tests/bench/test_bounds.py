@@ -169,8 +169,8 @@ def test_eviction_is_safe_under_concurrent_readers(tmp_path) -> None:
     keys = fill(cache, 8)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(3) as pool:
-        evictor = pool.apply_async(_evictor, (str(root), 1.5))
-        readers = [pool.apply_async(_reader, (str(root), keys, 1.5)) for _ in range(2)]
+        evictor = pool.apply_async(_evictor, (str(root), 0.8))
+        readers = [pool.apply_async(_reader, (str(root), keys, 0.8)) for _ in range(2)]
         results = [r.get(timeout=60) for r in readers]  # a reader that raised fails here
         assert evictor.get(timeout=60) > 0
     assert sum(h for h, _ in results) > 0 and sum(m for _, m in results) > 0
