@@ -136,11 +136,14 @@ def test_a_load_refreshes_the_last_use(tmp_path) -> None:
     assert time.time() - (cache.entry(key) / "meta.json").stat().st_mtime < 60
 
 
-def _reader(root: str, keys: list[str], seconds: float) -> tuple[int, int]:
+def _reader(root: str, keys: list[str], flags: str) -> tuple[int, int]:
+    """Loads every key in a loop while the evictor runs (from its `started` to its `done`)."""
     cache = CompileCache(root, scan_interval_s=1e9)
     hits = misses = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    end = time.monotonic() + 30
+    while not Path(flags, "started").exists() and time.monotonic() < end:
+        time.sleep(0.001)
+    while not Path(flags, "done").exists() and time.monotonic() < end:
         for key in keys:
             got = cache.load(key)
             if got is None:
@@ -152,27 +155,31 @@ def _reader(root: str, keys: list[str], seconds: float) -> tuple[int, int]:
     return hits, misses
 
 
-def _evictor(root: str, seconds: float) -> int:
+def _evictor(root: str, flags: str, seconds: float) -> int:
     """Re-publishes and evicts entries in a loop (another worker under a tiny bound)."""
     cache = CompileCache(root, max_entries=3, min_age_s=0, scan_interval_s=0)
+    Path(flags, "started").touch()
     end = time.monotonic() + seconds
     rounds = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end or rounds < 5:
         fill(cache, 8, start=time.time() - 100)
         rounds += 1
+    Path(flags, "done").touch()
     return rounds
 
 
 def test_eviction_is_safe_under_concurrent_readers(tmp_path) -> None:
     root = tmp_path / "c"
+    flags = tmp_path / "flags"
+    flags.mkdir()
     cache = CompileCache(root, scan_interval_s=1e9)
     keys = fill(cache, 8)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(3) as pool:
-        evictor = pool.apply_async(_evictor, (str(root), 0.8))
-        readers = [pool.apply_async(_reader, (str(root), keys, 0.8)) for _ in range(2)]
+        readers = [pool.apply_async(_reader, (str(root), keys, str(flags))) for _ in range(2)]
+        evictor = pool.apply_async(_evictor, (str(root), str(flags), 0.5))
         results = [r.get(timeout=60) for r in readers]  # a reader that raised fails here
-        assert evictor.get(timeout=60) > 0
+        assert evictor.get(timeout=60) >= 5
     assert sum(h for h, _ in results) > 0 and sum(m for _, m in results) > 0
     CompileCache(root, max_entries=3, min_age_s=0).evict()
     assert len(CompileCache(root).entries()) <= 3
