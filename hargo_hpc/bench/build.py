@@ -74,6 +74,7 @@ ASM_FORBIDDEN = asm_directive_pattern(ASM_FILE_DIRECTIVES)
 ASM_LEXEMES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\\\n])|(/\*)')
 ASM_TEXT_LIMIT = 128 << 20  # bytes of kernel.s read for the scan; more is refused
 STATIC_DATA_LIMIT = 64 << 20  # bytes of allocated sections + commons a kernel may have
+COMPILE_FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE of the compile: kernel.s, the objects, the binary
 DATA_REJECTED = 98  # exit status of the build script when `size` finds more than that
 PROBE_TTL_S = 60.0  # how long a probe's verdict on a toolchain is believed
 PIPELINE = "3"  # in every kernel's cache key: verdicts of earlier build pipelines are not reused
@@ -351,7 +352,8 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
         left = deadline - time.monotonic()
         limits = Limits(wall_s=max(0.05, left), cpu_s=int(max(left, 0)) + 2,
                         address_space_mb=tc.memory_mb, processes=tc.processes,
-                        file_size_bytes=256 << 20, open_files=256, stack_mb=64)  # fmt: skip
+                        file_size_bytes=COMPILE_FILE_LIMIT, open_files=256,
+                        stack_mb=64)  # fmt: skip
         return run_sandboxed(argv, work, limits, env, ids=tc.ids, output_cap=tc.cap * 4,
                              view=view)  # fmt: skip
 
@@ -381,7 +383,7 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
         return _diagnose(att, res)
     if tc.trusted_link is None:
         if rc in (11, 12, 13) or rc is None or not Path(work, "kernel.elf").is_file():
-            return _suspect(att, res, "the toolchain could not process the kernel's object")
+            return _suspect(att, "the toolchain could not process the kernel's object")
         elf = Path(work, "kernel.elf").read_text(errors="replace")
         try:
             symbols, sections = parse_readelf(elf)
@@ -396,7 +398,7 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
     if rc != 0 or not Path(work, "kernel.bin").is_file():
         # the object passed every check: a link failure is suspected to be the toolchain's
         att.link_output = res.output
-        return _suspect(att, res, f"link failed: {_first_error(res.output)}")
+        return _suspect(att, f"link failed: {_first_error(res.output)}")
     return att
 
 
@@ -452,7 +454,7 @@ def _verdict(att: _Attempt, verdict: str, reason: str, *, cacheable: bool = True
     return att
 
 
-def _suspect(att: _Attempt, res: Outcome, reason: str) -> _Attempt:
+def _suspect(att: _Attempt, reason: str) -> _Attempt:
     return _verdict(att, "suspect", reason, cacheable=False)
 
 
@@ -470,12 +472,16 @@ def _diagnose(att: _Attempt, res: Outcome) -> _Attempt:
     if res.signal is not None or res.returncode in (126, 127) or env:
         how = (f"killed by signal {res.signal}" if res.signal is not None
                else env or f"exit status {res.returncode}")  # fmt: skip
-        return _suspect(att, res, f"the compiler could not run: {how.strip()[:200]}")
+        return _suspect(att, f"the compiler could not run: {how.strip()[:200]}")
     cacheable = not RESOURCE.search(out)
+    if any("File size limit exceeded" in ln for ln in own):  # cc1 or as killed by RLIMIT_FSIZE
+        return _verdict(att, "format_violation", f"the compiler's output exceeds "
+                        f"{COMPILE_FILE_LIMIT >> 20} MB: static data over the limit of "
+                        f"{STATIC_DATA_LIMIT >> 20} MB?", cacheable=False)  # fmt: skip
     if CONFLICT.search(out):
         return _verdict(att, "format_violation", f"gemm is not {SIGNATURE}", cacheable=cacheable)
     if cacheable and not LOCATED_ERROR.search(out):
-        return _suspect(att, res, f"the compiler failed without locating an error: "
+        return _suspect(att, f"the compiler failed without locating an error: "
                         f"{_first_error(out)}")  # fmt: skip
     return _verdict(att, "compile_error", _first_error(att.output),
                     cacheable=cacheable and bool(KERNEL_ERROR.search(out)))  # fmt: skip

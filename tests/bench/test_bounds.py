@@ -60,6 +60,16 @@ def test_static_data_over_the_limit_is_a_format_violation(decl, flags, settings,
     assert list(run_tmp.iterdir()) == []
 
 
+def test_a_table_over_the_compiles_file_limit_is_a_format_violation(settings, cache_dir,
+                                                                    run_tmp) -> None:  # fmt: skip
+    """320 MB of .data: the assembler is stopped by the compile's RLIMIT_FSIZE (256 MB)."""
+    code = f"```c\nstatic double table[40000000] = {{1.0}};\n{SIG} {{{body(True)}}}\n```\n"
+    rec = run_request({"id": "huge", "completion": code.replace(str(DOUBLES), "40000000")},
+                      settings, cache_dir=cache_dir)  # fmt: skip
+    assert rec["status"] == "format_violation", (rec["status"], rec["reason"])
+    assert "static data over the limit of 64 MB" in rec["reason"]
+
+
 READELF = """
   [ 1] .text             PROGBITS        0000000000000000 000040 000100 00  AX  0   0 16
   [ 2] .data             PROGBITS        0000000000000000 000140 000800 00  WA  0   0 32
