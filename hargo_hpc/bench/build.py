@@ -344,6 +344,8 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
     Path(work, "kernel.c").write_text(code)
     Path(work, "hargo_gemm.h").write_text(PROTOTYPE)
     shutil.copy2(tc.kernel_main, Path(work, "kernel_main.o"))
+    for name in ("kernel.c", "hargo_gemm.h", "kernel_main.o"):  # whatever the worker's umask
+        os.chmod(Path(work, name), 0o644)
     env = base_env(work, {"PATH": f"{os.path.dirname(tc.compiler)}:/usr/bin:/bin"})
     link = LINK_FLAGS if tc.trusted_link is None else [*TRUSTED_LINK_FLAGS, *tc.trusted_link]
     view = toolchain_view(tc.compiler, [*tc.flags, *link])

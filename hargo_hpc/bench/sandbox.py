@@ -253,6 +253,7 @@ def view_plan(view: Sequence[str], workdir: str) -> list[_Bind]:
 def _enter_view(point: str, plan: list[_Bind]) -> None:
     """In the child, inside its new mount namespace: build the root on a tmpfs at `point` from
     `plan`, pivot into it and detach the old root; the cwd becomes the workdir."""
+    os.umask(0o022)  # the path down to the workdir must be traversable by the dropped uid
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates out
     _mount("tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
     workdir = "/"
