@@ -73,7 +73,6 @@ ASM_FORBIDDEN = asm_directive_pattern(ASM_FILE_DIRECTIVES)
 # writes one, so a "/*" outside the assembly's string literals came from an asm statement
 ASM_LEXEMES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\\\n])|(/\*)')
 ASM_TEXT_LIMIT = 128 << 20  # bytes of kernel.s read for the scan; more is refused
-STATIC_DATA_LIMIT = 64 << 20  # bytes of allocated sections + commons a kernel may have
 COMPILE_FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE of the compile: kernel.s, the objects, the binary
 DATA_REJECTED = 98  # exit status of the build script when `size` finds more than that
 PROBE_TTL_S = 60.0  # how long a probe's verdict on a toolchain is believed
@@ -236,6 +235,7 @@ class _Toolchain:
     memory_mb: int
     processes: int
     cap: int
+    static_limit: int  # bytes of allocated sections + commons (`static_data_limit_mb`)
 
 
 @dataclass
@@ -271,7 +271,7 @@ def build_kernel(
     identity = compiler_identity(compiler, tuple(flags))
     key = cache_key(
         "kernel", code, identity, "\0".join(flags), harness_digest(), repr(trusted_link),
-        f"pipeline={PIPELINE} static<={STATIC_DATA_LIMIT}",
+        f"pipeline={PIPELINE} static<={settings.static_data_limit_mb}MB",
     )  # fmt: skip
     hit = cache.load(key)
     if hit:
@@ -282,7 +282,8 @@ def build_kernel(
                      meta.get("sandbox", []), meta.get("sandbox_unavailable", []))  # fmt: skip
     tc = _Toolchain(compiler, flags, identity, trusted_link,
                     harness(cache, compiler).kernel_main, ids, settings.compile_memory_limit_mb,
-                    settings.max_processes, settings.output_cap_bytes)  # fmt: skip
+                    settings.max_processes, settings.output_cap_bytes,
+                    settings.static_data_limit_mb << 20)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="hargo-build-") as work:
         att = _attempt(code, work, tc, timeout_s)
         if att.verdict == "suspect":
@@ -368,8 +369,8 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
         return _verdict(att, "timeout", f"compile exceeded {timeout_s:g} s", cacheable=False)
     asm = Path(work, "kernel.s")
     if res.signal is not None or res.returncode != 0 or not asm.is_file():
-        return _diagnose(att, res)
-    why = scan_assembly(asm)
+        return _diagnose(att, res, tc.static_limit)
+    why = scan_assembly(asm, tc.static_limit)
     if why:
         return _verdict(att, "format_violation", why, output="")  # the assembler never ran
     # 2: assemble, localise every symbol but gemm, dump the object, guard its size, link
@@ -382,7 +383,7 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
         return _verdict(att, "timeout", f"compile exceeded {timeout_s:g} s", cacheable=False)
     rc = res.returncode if res.signal is None else None
     if rc == 10:  # the assembler refused kernel.s (an asm statement's text)
-        return _diagnose(att, res)
+        return _diagnose(att, res, tc.static_limit)
     if tc.trusted_link is None:
         if rc in (11, 12, 13) or rc is None or not Path(work, "kernel.elf").is_file():
             return _suspect(att, "the toolchain could not process the kernel's object")
@@ -391,12 +392,12 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
             symbols, sections = parse_readelf(elf)
             att.openmp = openmp_symbols(symbols)
             check_object(symbols, sections)
-            check_static_size(elf, STATIC_DATA_LIMIT)
+            check_static_size(elf, tc.static_limit)
         except Violation as v:
             return _verdict(att, "format_violation", str(v))
         if rc == DATA_REJECTED:  # `size` saw more than readelf: believe the larger
             return _verdict(att, "format_violation", "static data exceeds the limit of "
-                            f"{STATIC_DATA_LIMIT >> 20} MB")  # fmt: skip
+                            f"{tc.static_limit >> 20} MB")  # fmt: skip
     if rc != 0 or not Path(work, "kernel.bin").is_file():
         # the object passed every check: a link failure is suspected to be the toolchain's
         att.link_output = res.output
@@ -421,18 +422,18 @@ def _object_script(tc: _Toolchain, link: list[str]) -> str:
         "objcopy --keep-global-symbol=gemm kernel.r.o kernel.o || exit 12\n"
         "readelf -s -S -W kernel.o > kernel.elf || exit 13\n"
         "set -- $(size kernel.o 2>/dev/null | tail -n 1)\n"
-        f'case "$4" in ""|*[!0-9]*) ;; *) [ "$4" -le {STATIC_DATA_LIMIT} ] || exit '
+        f'case "$4" in ""|*[!0-9]*) ;; *) [ "$4" -le {tc.static_limit} ] || exit '
         f"{DATA_REJECTED};; esac\n"
         f"{link_cmd}\n"
     )
 
 
-def scan_assembly(path: Path) -> str | None:
+def scan_assembly(path: Path, static_limit: int) -> str | None:
     """Why `kernel.s` must not be assembled (a directive that reads a file or builds
     directives, a C comment outside its strings), or None."""
     if path.stat().st_size > ASM_TEXT_LIMIT:
         return (f"the generated assembly is over {ASM_TEXT_LIMIT >> 20} MB (static data "
-                f"over the limit of {STATIC_DATA_LIMIT >> 20} MB?)")  # fmt: skip
+                f"over the limit of {static_limit >> 20} MB?)")  # fmt: skip
     text = path.read_text(errors="replace")
     m = ASM_FORBIDDEN.search(text)
     if m:
@@ -465,7 +466,7 @@ def toolchain_lines(output: str) -> list[str]:
     return [ln for ln in output.splitlines() if ln.strip() and not LOCATED.match(ln)]
 
 
-def _diagnose(att: _Attempt, res: Outcome) -> _Attempt:
+def _diagnose(att: _Attempt, res: Outcome, static_limit: int) -> _Attempt:
     """A compile or assemble step failed: the completion's compile_error (cached when located
     in kernel.c), a format violation (gemm's type), or a suspicion on the toolchain."""
     out = res.output
@@ -479,7 +480,7 @@ def _diagnose(att: _Attempt, res: Outcome) -> _Attempt:
     if any("File size limit exceeded" in ln for ln in own):  # cc1 or as killed by RLIMIT_FSIZE
         return _verdict(att, "format_violation", f"the compiler's output exceeds "
                         f"{COMPILE_FILE_LIMIT >> 20} MB: static data over the limit of "
-                        f"{STATIC_DATA_LIMIT >> 20} MB?", cacheable=False)  # fmt: skip
+                        f"{static_limit >> 20} MB?", cacheable=False)  # fmt: skip
     if CONFLICT.search(out):
         return _verdict(att, "format_violation", f"gemm is not {SIGNATURE}", cacheable=cacheable)
     if cacheable and not LOCATED_ERROR.search(out):

@@ -10,7 +10,8 @@
  *
  * Processes.  The judge creates two memfds, one per child: a header page (sizes, offsets, the
  * control block) and, for the timed problem and the check problem, A, B and C, each between
- * guard pages.  It forks the candidate child, which closes every descriptor but its memfd (fd 3),
+ * guard pages.  It forks the candidate child (RLIMIT_NPROC = THREADS + 8 for its private uid: it
+ * cannot make hundreds of threads), which closes every descriptor but its memfd (fd 3),
  * its executable (fd 4) and a report pipe (fd 5; both close-on-exec), drops to UID/GID (setgroups, setresgid, setresuid:
  * never the judge's uid when the judge runs as root), sets the parent-death signal, installs a
  * strict seccomp filter and only then execs the candidate from fd 4.  So every load-time hook of
@@ -23,7 +24,8 @@
  * expands it with ChaCha12 into the private pristine inputs A0, B0, copies them into the child's
  * buffers and poisons C with NaN while the child is stopped, then SIGCONTs it, reads
  * CLOCK_MONOTONIC, bumps `go` (futex), waits for `done`, reads the clock, SIGSTOPs the child and
- * waits until it has stopped.  Only then does it snapshot C and verify: the guard pages' canary
+ * waits until it has stopped (the clock spans SIGCONT to the confirmed stop).  Only then does it
+ * snapshot C and verify: the guard pages' canary
  * (a guard made writable and written is seen), the inputs unchanged, Freivalds' check with vectors
  * drawn from getrandom after the call (an exact element-wise check on the second size).  The
  * child's CPU time per call (its process CPU clock) is compared with the call's wall time x
@@ -96,6 +98,7 @@ static FILE *verdict;
 static int ready;
 static int realtime;      /* the judge runs SCHED_RR: so do its children, below it */
 static rlim_t rt_limit_us;
+static long nproc_limit;  /* the candidate's RLIMIT_NPROC: THREADS + 8 */
 
 #define HARGO_RT_JUDGE 20
 #define HARGO_RT_CHILD 10
@@ -587,6 +590,13 @@ static void spawn(child *c, const char *path, int untrusted, uid_t uid, gid_t gi
                 _exit(121);
             }
         }
+        if (untrusted) { /* its uid is the request's own: this caps the threads it can make */
+            struct rlimit nproc = {(rlim_t)nproc_limit, (rlim_t)nproc_limit};
+            if (setrlimit(RLIMIT_NPROC, &nproc) != 0) {
+                report(REPORT_SETUP_FAILED, errno);
+                _exit(125);
+            }
+        }
         prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* after setuid, which clears it */
         if (getppid() == 1) _exit(122);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -697,9 +707,11 @@ static call_result call(child *c, int which, uint64_t seed, uint64_t number, int
     ctl->which = which;
     uint32_t g = (uint32_t)number + 1u;
 
+    /* the clock runs from before SIGCONT until the stop is confirmed: however many threads the
+     * kernel made, waking and stopping them is its own time, and no thread runs unmeasured */
     double cpu0 = cpu_seconds(c);
-    if (kill(c->pid, SIGCONT) != 0) infra("cannot resume a child");
     double t0 = now();
+    if (kill(c->pid, SIGCONT) != 0) infra("cannot resume a child");
     __atomic_store_n(&ctl->go, g, __ATOMIC_RELEASE);
     futex(&ctl->go, FUTEX_WAKE, 1, NULL);
     if (!wait_word(c, &ctl->done, g, limit_s)) {
@@ -708,8 +720,8 @@ static call_result call(child *c, int which, uint64_t seed, uint64_t number, int
         if (c == &ref) infra(why);
         finish(7, "RESULT timeout %s\n", why);
     }
-    double t1 = now();
     stop_child(c); /* stray threads stop here: nothing they do later can count */
+    double t1 = now();
     call_result out = {t1 - t0, cpu_seconds(c) - cpu0, 0};
     memcpy(&out.key, key, sizeof out.key);
     memcpy(c->Cs[which], C, nc * sizeof(double));
@@ -778,6 +790,7 @@ int main(int argc, char **argv) {
             if (sizes[p][d] <= 0) infra("bad sizes");
     if (warmup < 0 || reps < 1 || threads < 1 || untimed_s <= 0 || call_s <= 0 || output_limit <= 0)
         infra("bad arguments");
+    nproc_limit = threads + 8;
     struct sched_param judge_prio = {.sched_priority = HARGO_RT_JUDGE};
     realtime = sched_setscheduler(0, SCHED_RR, &judge_prio) == 0;
     rt_limit_us = (rlim_t)(call_s * 1e6);

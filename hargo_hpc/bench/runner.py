@@ -36,7 +36,7 @@ from hargo_hpc.bench.build import (
 )
 from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.extract import extract_code
-from hargo_hpc.bench.reference import Reference, reference
+from hargo_hpc.bench.reference import Reference, kernel_source, reference
 from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward, speed_ratio
 from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
@@ -46,10 +46,12 @@ from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
 
 HARNESS_VERSION = "2.0.0"
 # CPU a call may use beyond wall x threads (wake-up and stop windows), before it is flagged
-CPU_SLACK_S = 0.003
+CPU_SLACK_S = 0.0002
 JUDGE_FILE_SIZE = 1 << 40  # RLIMIT_FSIZE of the judge: its memfds are files too
-CPU_SLACK_FACTOR = 1.10
-EXEC_TOO_BIG = (errno.ENOMEM, errno.E2BIG, errno.EFBIG, errno.ENOEXEC, errno.ETXTBSY)
+CPU_SLACK_FACTOR = 1.05
+EXEC_TOO_BIG = (errno.ENOMEM, errno.E2BIG, errno.EFBIG)
+EXEC_FAILED = "exec_failed"  # an interim status: the exec probe turns it into a real one
+PROBE_TTL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,8 @@ def _run(
     check_source(code, extracted.language)
     check_forbidden(res.techniques, res.forbidden)
     res.compiler_version = compiler_version(settings.compiler)
-    cache = CompileCache(cache_dir or settings.cache_dir or None)
+    cache = CompileCache(cache_dir or settings.cache_dir or None,
+                         max_bytes=settings.cache_max_bytes, max_entries=settings.cache_max_entries)
     ids = sandbox_ids(settings.sandbox_user, uid)
     budget = min(settings.compile_timeout_s, deadline - time.monotonic())
     build = build_kernel(code, settings, cache, timeout_s=budget, ids=ids)
@@ -249,6 +252,12 @@ def _run(
         return
     judge = harness(cache, resolve_compiler(settings.compiler)).judge
     _execute(judge, build, ref, req.problem, settings, res, budget, ids)
+    if res.status == EXEC_FAILED:  # the kernel's binary, or the machine? ask a known-good one
+        probe = _exec_probe(judge, ref, settings, cache, ids, deadline)
+        if probe:
+            res.status, res.reason = "infra_error", f"{res.reason}; {probe}"
+        else:
+            res.status = "runtime_error"
 
 
 def _execute(
@@ -376,15 +385,41 @@ def _sandbox_layers(res: BenchResult, layers: list[str], unavailable: list[str],
 
 
 def _exec_failed(res: BenchResult, number: int) -> None:
-    """The judge could not load the kernel's binary: too large (its own static data) is the
-    completion's failure; anything else is the machine's."""
+    """The judge could not exec the kernel's binary: too large (its own static data) is the
+    completion's failure; anything else is decided by the probe (`_exec_probe`)."""
     why = os.strerror(number) if number > 0 else f"errno {number}"
     if number in EXEC_TOO_BIG:
         res.status = "runtime_error"
         res.reason = (f"the kernel's binary cannot be loaded: {why} (static data over the "
                       "memory limit?)")  # fmt: skip
     else:
-        res.status, res.reason = "infra_error", f"cannot load the kernel's binary: {why}"
+        res.status, res.reason = EXEC_FAILED, f"cannot exec the kernel's binary: {why}"
+
+
+_EXEC_PROBES: dict[tuple[str, str], tuple[float, str]] = {}  # (judge, flags) -> (when, failure)
+
+
+def _exec_probe(judge: Path, ref: Reference, settings: BenchSettings, cache: CompileCache,
+                ids: tuple[int, int] | None, deadline: float) -> str:  # fmt: skip
+    """'' when the shipped naive kernel, built and judged the same way, runs (so a failed exec
+    was the completion's binary: an `.interp` it named, say); else why not (the machine's:
+    a noexec cache, a missing loader). Remembered per process for PROBE_TTL_S."""
+    key = (str(judge), "\0".join(settings.flags))
+    seen = _EXEC_PROBES.get(key)
+    if seen and time.monotonic() - seen[0] < PROBE_TTL_S:
+        return seen[1]
+    small = settings.model_copy(update={"warmup": 0, "repetitions": 1})
+    build = build_kernel(kernel_source("naive"), small, cache,
+                         timeout_s=max(1.0, deadline - time.monotonic()), ids=ids)  # fmt: skip
+    probe = BenchResult(request_id="exec-probe", threads=allocated_threads(settings))
+    failure = f"the shipped naive kernel does not build either: {build.reason}"
+    if build.verdict == "built":
+        _execute(judge, build, ref, Problem(M=16, N=16, K=16, check=(7, 7, 7)), small, probe,
+                 max(1.0, min(settings.run_timeout_s, deadline - time.monotonic())), ids)
+        failure = "" if probe.status == "ok" else (
+            f"the shipped naive kernel fails the same way: {probe.status}: {probe.reason}")
+    _EXEC_PROBES[key] = (time.monotonic(), failure)
+    return failure
 
 
 def _timings(res: BenchResult, lines: list[str], p: Problem, settings: BenchSettings,

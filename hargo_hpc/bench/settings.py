@@ -67,6 +67,15 @@ class BenchSettings(BaseModel):
         "run but the kernel can read it: debugging only",
     )
     cache_dir: str = Field("", description="compile cache; '' = $XDG_CACHE_HOME/hargo-hpc/bench")
+    cache_max_bytes: int = Field(
+        2 << 30, gt=0,
+        description="compile cache bound in bytes; least recently used entries beyond it go",
+    )
+    cache_max_entries: int = Field(20000, gt=0, description="compile cache bound in entries")
+    static_data_limit_mb: int = Field(
+        64, gt=0,
+        description="a kernel's allocated sections + commons beyond this: format_violation",
+    )
     sandbox_uids: str = Field(
         "61000-61999",
         description="uids leased one per request when the worker is root ('' = sandbox_user)",

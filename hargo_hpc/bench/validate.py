@@ -38,6 +38,9 @@ CPP_MARKERS = re.compile(
     r"cstdio|cstdlib|cmath|cstring|string|memory|thread|array|chrono)>|\bnew\s+\w+\s*\["
 )
 INCLUDE = re.compile(r"^\s*#\s*(include|include_next|import|embed)\b\s*(.*)$", re.MULTILINE)
+# `#line N "file"` and GNU line markers `# N "file"`: gcc's diagnostics would then quote that
+# file's line N into the record (a file read one line per request); no kernel needs them
+LINE_DIRECTIVE = re.compile(r"^\s*#\s*(?:line\b|\d)", re.MULTILINE)
 DEFINITION = re.compile(r"\b(\w[\w\s\*]*?)\bgemm\s*\(([^;{)]*)\)\s*\{", re.DOTALL)
 EXPECTED_PARAMS = ["int", "int", "int", "const double*", "const double*", "double*"]
 QUALIFIERS = {"restrict", "__restrict", "__restrict__", "register"}
@@ -62,6 +65,9 @@ CTOR_TYPES = {"INIT_ARRAY": ".init_array", "FINI_ARRAY": ".fini_array",
               "PREINIT_ARRAY": ".preinit_array"}  # fmt: skip
 OPENMP_RUNTIME = ("omp_", "GOMP_", "__kmpc_")
 CTOR_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
+# sections that make the linker ask for a program interpreter or dynamic linking: the kernel's
+# binary is static, and an interpreter it names would be loaded (or fail to load) at exec
+LOADER_SECTIONS = (".interp", ".dynamic", ".dynsym", ".dynstr", ".gnu.hash", ".hash")
 
 LIBM = {
     base + suffix
@@ -140,6 +146,8 @@ def check_source(code: str, language: str = "c") -> None:
         asm = ASM_DIRECTIVE.search(text) or ASM_DIRECTIVE.search(COMMENT.sub("", text))
         if asm:
             raise Violation(f"assembler directive .{asm.group(1)} is not allowed")
+    if LINE_DIRECTIVE.search(no_comments):
+        raise Violation("#line directives and line markers are not allowed")
     for directive, rest in INCLUDE.findall(no_comments):
         if directive != "include":
             raise Violation(f"#{directive} is not allowed")
@@ -306,3 +314,5 @@ def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) 
     for sec in sections:
         if sec.startswith(CTOR_SECTIONS) or sec in (".init", ".fini"):
             raise Violation(f"section {sec}: constructors and destructors are not allowed")
+        if sec in LOADER_SECTIONS:
+            raise Violation(f"section {sec}: the kernel's binary is static, it names no loader")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hargo_hpc.bench import run_request
-from hargo_hpc.bench.build import STATIC_DATA_LIMIT
 from hargo_hpc.bench.cache import EVICT_PREFIX, CompileCache
+from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.validate import Violation, check_static_size, section_table, static_bytes
 
 SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -87,7 +87,7 @@ def test_section_sizes_and_common_symbols_are_counted() -> None:
                      ("myinit", "WA", 8), (".comment", "MS", 0x28),
                      (".note.GNU-stack", "", 0)]  # fmt: skip
     assert static_bytes(READELF) == 0x100 + 0x800 + 0x3000000 + 8 + 4096
-    check_static_size(READELF, STATIC_DATA_LIMIT)  # 48 MB: within
+    check_static_size(READELF, BenchSettings().static_data_limit_mb << 20)  # 48 MB: within
     with pytest.raises(Violation, match="static data of 48 MB exceeds the limit of 32 MB"):
         check_static_size(READELF, 32 << 20)
     with pytest.raises(Violation, match="section table"):

@@ -152,7 +152,7 @@ def test_an_unchecked_include_finds_no_file(which, secret, settings, cache_dir, 
 def test_an_unchecked_incbin_finds_no_file(which, secret, settings, cache_dir, run_tmp,
                                            monkeypatch) -> None:  # fmt: skip
     path, token = secret if which == "secret" else ("/etc/hostname", HOSTNAME)
-    monkeypatch.setattr(build_mod, "scan_assembly", lambda _path: None)
+    monkeypatch.setattr(build_mod, "scan_assembly", lambda _path, _limit: None)
     res = build(incbin_trick(str(path)), settings, cache_dir)
     assert res.verdict == "compile_error", (res.verdict, res.reason)
     assert "not found" in res.output and not leaked(res.output + res.reason, token)

@@ -122,6 +122,7 @@ def test_the_probe_is_remembered(settings, cache_dir, run_tmp, monkeypatch) -> N
     gcc = build_mod.resolve_compiler(settings.compiler)
     main = build_mod.harness(CompileCache(cache_dir), gcc).kernel_main
     tc = build_mod._Toolchain(gcc, list(settings.flags), "probe-test", None, main, None,
-                              settings.compile_memory_limit_mb, 256, 4096)  # fmt: skip
+                              settings.compile_memory_limit_mb, 256, 4096,
+                              settings.static_data_limit_mb << 20)  # fmt: skip
     assert build_mod._probe(tc, 20.0) is None and build_mod._probe(tc, 20.0) is None
     assert len(calls) == 1
