@@ -35,6 +35,7 @@ from hargo_hpc.bench.build import (
     resolve_compiler,
 )
 from hargo_hpc.bench.cache import CompileCache
+from hargo_hpc.bench.cgroups import run_cgroup
 from hargo_hpc.bench.extract import extract_code
 from hargo_hpc.bench.reference import Reference, kernel_source, reference
 from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward, speed_ratio
@@ -293,13 +294,23 @@ def _execute(
                 str(res.seed), str(uid), str(gid), str(t),
                 str(int(settings.untimed_call_timeout_s * 1000)), str(int(timeout * 1000)),
                 str(settings.output_limit_bytes)]  # fmt: skip
-        out = run_sandboxed(argv, workdir, limits, base_env(workdir, omp), ids=None,
-                            channel_fd=True, output_cap=settings.output_cap_bytes)  # fmt: skip
+        # pids: the judge's, the reference's and the kernel's threads; cpuset: the worker's CPUs
+        group_name = f"hargo-run-{os.getpid()}-{os.path.basename(workdir)}"
+        with run_cgroup(group_name, pids_max=settings.max_processes + 64) as (group, no_group):
+            out = run_sandboxed(argv, workdir, limits, base_env(workdir, omp), ids=None,
+                                channel_fd=True, output_cap=settings.output_cap_bytes,
+                                cgroup=group)  # fmt: skip
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     res.run_s = round(out.wall_s, 4)
     lines = out.channel.splitlines()
     _sandbox_layers(res, out.layers, out.unavailable, lines)
+    res.sandbox += [f"compile:{layer}" for layer in build.sandbox if layer.startswith("mountns")]
+    res.sandbox_unavailable += [f"compile: {why}" for why in build.sandbox_unavailable]
+    if group is not None:
+        res.sandbox.append(f"cgroup:v{group.version}")
+    else:
+        res.sandbox_unavailable.append(no_group)
     if out.output:
         res.output = (res.output + "\n" if res.output else "") + out.output
     ready = "READY" in lines

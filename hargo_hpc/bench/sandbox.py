@@ -34,6 +34,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hargo_hpc.bench.cgroups import RunCgroup
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -311,6 +315,7 @@ def run_sandboxed(
     channel_fd: bool = False,
     output_cap: int = 4096,
     view: Sequence[str] | None = None,
+    cgroup: RunCgroup | None = None,
 ) -> Outcome:
     """Run `argv` in `workdir` under the layers above; never raises for the command's behaviour.
 
@@ -384,6 +389,8 @@ def run_sandboxed(
                 os.set_inheritable(3, True)
             else:
                 os.dup2(chan_fd, 3, inheritable=True)
+        if cgroup is not None:  # before the exec: every process of the run is inside it
+            cgroup.enter()
         if ids:
             os.setgroups([])
             os.setgid(ids[1])
