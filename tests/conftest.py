@@ -2,8 +2,8 @@
 local Slurm cluster.
 
 Before any test module (or hargo_hpc) is imported, the suite points `HOME`, the XDG
-directories, `HARGO_ROOF_FILE` and `HARGO_UID_LEASE_DIR` into one temporary directory, removed
-at the end: nothing a test runs (the bench, the handoff, the demo, Slurm jobs, which inherit
+directories and `HARGO_*` state (roof, uid leases, CPU locks) into one temporary directory,
+removed at the end: nothing a test runs (the bench, the handoff, the demo, Slurm jobs, which inherit
 the environment) can write into the user's home, and no roof or cache from an earlier run can
 govern this one. At the end the session fails if the user's real `~/.cache/hargo-hpc` changed
 anyway.
@@ -33,6 +33,7 @@ ISOLATED = {
     "XDG_DATA_HOME": SESSION_TMP / "data",
     "HARGO_ROOF_FILE": SESSION_TMP / "roof" / "roof.json",
     "HARGO_UID_LEASE_DIR": SESSION_TMP / "uid-leases",
+    "HARGO_CPU_LOCK_DIR": SESSION_TMP / "cpu-locks",
 }
 for _name, _path in ISOLATED.items():
     (_path if _name != "HARGO_ROOF_FILE" else _path.parent).mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from hargo_hpc.bench.build import (
 )
 from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.cgroups import run_cgroup
+from hargo_hpc.bench.cpulocks import cpus_held
 from hargo_hpc.bench.extract import extract_code
 from hargo_hpc.bench.reference import Reference, kernel_source, reference
 from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward, speed_ratio
@@ -247,18 +248,20 @@ def _run(
         )
     ref = reference(settings, cache, max(1.0, deadline - time.monotonic()))
     res.reference = ref.label
-    budget = min(settings.run_timeout_s, deadline - time.monotonic())
-    if budget <= 0:
-        res.status, res.reason = "timeout", "the request's time budget ran out before the run"
-        return
     judge = harness(cache, resolve_compiler(settings.compiler)).judge
-    _execute(judge, build, ref, req.problem, settings, res, budget, ids)
-    if res.status == EXEC_FAILED:  # the kernel's binary, or the machine? ask a known-good one
-        probe = _exec_probe(judge, ref, settings, cache, ids, deadline)
-        if probe:
-            res.status, res.reason = "infra_error", f"{res.reason}; {probe}"
-        else:
-            res.status = "runtime_error"
+    # one timed run at a time per CPU (cpulocks.py); the wait is not the kernel's time
+    with cpus_held(os.sched_getaffinity(0), max(1.0, deadline - time.monotonic())):
+        budget = min(settings.run_timeout_s, deadline - time.monotonic())
+        if budget <= 0:
+            res.status, res.reason = "timeout", "the request's time budget ran out before the run"
+            return
+        _execute(judge, build, ref, req.problem, settings, res, budget, ids)
+        if res.status == EXEC_FAILED:  # the kernel's binary, or the machine? a known-good one
+            probe = _exec_probe(judge, ref, settings, cache, ids, deadline)
+            if probe:
+                res.status, res.reason = "infra_error", f"{res.reason}; {probe}"
+            else:
+                res.status = "runtime_error"
 
 
 def _execute(

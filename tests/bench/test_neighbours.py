@@ -1,6 +1,7 @@
 """Requests side by side (a worker with several threads, or several workers on one node): each
-gets its own uid, and an honest request next to a hostile one (threads that spin on every CPU)
-still ends ok. Its reward next to the hostile one is measured by benchmarks/bench_harness.py."""
+gets its own uid, their timed runs take turns on shared CPUs, and an honest request next to a
+hostile one (threads that spin on every CPU) still ends ok. Its reward next to the hostile one
+is measured by benchmarks/bench_harness.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import threading
 import pytest
 
 from hargo_hpc.bench import run_request
+from hargo_hpc.bench.cpulocks import cpus_held
 from hargo_hpc.bench.reference import kernel_source
+from hargo_hpc.bench.sandbox import InfraError
 
 from .procs import sandbox_processes
 
@@ -52,3 +55,30 @@ def test_side_by_side_requests_have_their_own_uids_and_the_honest_one_is_ok(
     uids = [{x for x in rec["sandbox"] if x.startswith("uid:")} for rec in (honest, bad)]
     assert uids[0] and uids[1] and uids[0] != uids[1]
     assert sandbox_processes() == []
+
+
+def test_timed_runs_sharing_a_cpu_take_turns(tmp_path, monkeypatch) -> None:
+    """cpulocks: a run holds every CPU of its mask; another run on one of them waits (bounded)."""
+    monkeypatch.setenv("HARGO_CPU_LOCK_DIR", str(tmp_path))
+    held, order = threading.Event(), []
+    release = threading.Event()
+
+    def first() -> None:
+        with cpus_held({0, 1}, 5.0):
+            order.append("first in")
+            held.set()
+            release.wait(5)
+            order.append("first out")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert held.wait(5)
+    with pytest.raises(InfraError, match="CPU 1 stayed busy"), cpus_held({1}, 0.05):
+        pass
+    with cpus_held({2}, 0.05):  # a disjoint CPU does not wait
+        order.append("other cpu")
+    release.set()
+    with cpus_held({1, 0}, 5.0):
+        order.append("second in")
+    thread.join(5)
+    assert order == ["first in", "other cpu", "first out", "second in"]
