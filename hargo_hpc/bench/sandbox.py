@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import pwd
 import resource
@@ -137,14 +138,10 @@ def probe_netns() -> str | None:
     return None
 
 
-_NETNS: str | bool | None = False  # False = not probed yet
-
-
+@functools.cache
 def netns_mode() -> str | None:
-    global _NETNS
-    if _NETNS is False:
-        _NETNS = probe_netns()
-    return _NETNS  # type: ignore[return-value]
+    """`probe_netns()`, once per process."""
+    return probe_netns()
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int,
@@ -210,14 +207,10 @@ def probe_mountns() -> str | None:
     return None
 
 
-_MOUNTNS: str | bool | None = False  # False = not probed yet
-
-
+@functools.cache
 def mountns_mode() -> str | None:
-    global _MOUNTNS
-    if _MOUNTNS is False:
-        _MOUNTNS = probe_mountns()
-    return _MOUNTNS  # type: ignore[return-value]
+    """`probe_mountns()`, once per process."""
+    return probe_mountns()
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ def test_the_view_holds_only_the_toolchain_and_the_workdir(run_tmp) -> None:
 def test_without_a_mount_namespace_the_layer_is_missing_and_text_checks_hold(
     secret, settings, tmp_path, run_tmp, monkeypatch
 ) -> None:
-    monkeypatch.setattr(sandbox_mod, "_MOUNTNS", None)
+    monkeypatch.setattr(sandbox_mod, "mountns_mode", lambda: None)
     res = build(kernel_source("naive"), settings, tmp_path / "cache")
     assert res.verdict == "built" and "mountns" not in res.sandbox
     assert any(m.startswith("mountns") for m in res.sandbox_unavailable), res.sandbox_unavailable
