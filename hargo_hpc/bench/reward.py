@@ -18,10 +18,12 @@ and scale s = `reward_scale`:
     scaled  r = s * 100 * ρ                          (default: percent of the reference, 0..100)
     log     r = s * 100 * ln(1 + 9 ρ) / ln(10)       (0..100, concave: early gains count more)
 
-A run with q > reference_margin is flagged `suspicious` and gets reward 0 (a correct
-kernel does not beat OpenBLAS by that much), as is one whose CPU time shows it ran outside the
-timed calls.  Load on the node and the node's speed slow g and g_ref alike, so ρ cancels them;
-no number measured earlier (a stored roof) enters the reward.
+A run whose median GFLOPS g exceeds reference_margin x the reference's *best* call of the
+same run is flagged `suspicious` and gets reward 0 (a correct kernel does not beat OpenBLAS
+by that much; the best call, not the median, so that a reference slowed by other load does not
+make an honest kernel look impossible), as is one whose CPU time shows it ran outside the timed
+calls. Load on the node and the node's speed slow g and g_ref alike, so ρ cancels them; no
+number measured earlier (a stored roof) enters the reward.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def speed_ratio(times: Sequence[float], ref_times: Sequence[float]) -> float:
     return statistics.median(u / t for t, u in zip(times, ref_times, strict=True))
 
 
-def is_suspicious(ratio: float | None, settings: BenchSettings) -> bool:
-    """q > reference_margin (module docstring)."""
-    return ratio is not None and ratio > settings.reference_margin
+def is_suspicious(gflops: float, ref_best: float | None, settings: BenchSettings) -> bool:
+    """g > reference_margin x the reference's best call of the run (module docstring)."""
+    return ref_best is not None and gflops > settings.reference_margin * ref_best
 
 
 def shaped_reward(gflops: float, ratio: float | None, settings: BenchSettings) -> float:

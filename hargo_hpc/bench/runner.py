@@ -195,10 +195,12 @@ def run_bench(
 def _reward_ok(res: BenchResult, settings: BenchSettings) -> None:
     """Reward of an `ok` run from its speed ratio to the reference (reward.py); 0 if suspicious."""
     g = res.gflops["median"]
-    if is_suspicious(res.ratio, settings):
+    best = res.reference_gflops["max"] if res.reference_gflops else None
+    if is_suspicious(g, best, settings):
         res.suspicious = True
-        res.reason = (f"{res.ratio:.2f} x the speed of the reference in the same run (more than "
-                      f"{settings.reference_margin:g} x): not rewarded")  # fmt: skip
+        res.reason = (f"{g:.1f} GFLOPS, more than {settings.reference_margin:g} x the "
+                      f"reference's best call in the same run ({best:.1f}): "
+                      "not rewarded")  # fmt: skip
     res.reward = 0.0 if res.suspicious else shaped_reward(g, res.ratio, settings)
 
 
