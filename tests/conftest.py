@@ -53,13 +53,19 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 REAL_CACHE = REAL_HOME / ".cache" / "hargo-hpc"
+# the node-wide defaults of the uid leases and CPU locks: tests must use their own
+NODE_STATE = [Path("/dev/shm/hargo-uids"), Path("/dev/shm/hargo-cpus")]
 _REAL_CACHE_BEFORE = _snapshot(REAL_CACHE)
+_NODE_STATE_BEFORE = {str(p): (p.exists(), _snapshot(p)) for p in NODE_STATE}
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     problems = []
     if _snapshot(REAL_CACHE) != _REAL_CACHE_BEFORE:
         problems.append(f"the suite wrote into {REAL_CACHE}")
+    for path in NODE_STATE:
+        if (path.exists(), _snapshot(path)) != _NODE_STATE_BEFORE[str(path)]:
+            problems.append(f"the suite wrote into {path}")
     in_home = sorted(p.name for p in ISOLATED["HOME"].iterdir())
     if in_home:
         problems.append(f"the suite wrote into its home directory: {', '.join(in_home[:5])}")

@@ -104,7 +104,9 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
                HOME=str(home), PYTHONNOUSERSITE="1",
                XDG_CACHE_HOME=str(tmp_path / "cache"),
-               HARGO_ROOF_FILE=str(tmp_path / "cache" / "roof.json"))
+               HARGO_ROOF_FILE=str(tmp_path / "cache" / "roof.json"),
+               HARGO_UID_LEASE_DIR=str(tmp_path / "uid-leases"),
+               HARGO_CPU_LOCK_DIR=str(tmp_path / "cpu-locks"))
 
     probe = json.loads(run([str(python), "-c", PROBE], outside, env).stdout)
     assert Path(probe["module"]).is_relative_to(venv), probe["module"]

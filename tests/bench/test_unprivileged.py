@@ -26,6 +26,8 @@ def run_as_nobody(source: str, home: Path) -> dict:
     kernel.write_text(source)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home),
            "XDG_CACHE_HOME": str(home / "cache"), "HARGO_ROOF_FILE": str(home / "roof.json"),
+           "HARGO_UID_LEASE_DIR": str(home / "uid-leases"),
+           "HARGO_CPU_LOCK_DIR": str(home / "cpu-locks"),
            "HF_HUB_OFFLINE": "1"}  # fmt: skip
     done = subprocess.run(
         ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable,
