@@ -13,16 +13,8 @@ from hargo_hpc.bench import run_request
 from hargo_hpc.bench.settings import BenchSettings
 
 from .procs import sandbox_processes
+from .sources import NAIVE_BODY, SIG
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
-CORRECT_BODY = """
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double s = 0.0;
-            for (int k = 0; k < K; k++) s += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = s;
-        }
-"""
 PWNED = "/tmp/hargo-bench-pwned"
 
 
@@ -46,7 +38,7 @@ CASES: dict[str, tuple[str, str]] = {
     "malloc_100gb": (
         kernel(
             "volatile double *p = malloc(100UL << 30);\n"
-            "for (long x = 0; x < (100L << 30) / 8; x += 512) p[x] = 1.0;" + CORRECT_BODY,
+            "for (long x = 0; x < (100L << 30) / 8; x += 512) p[x] = 1.0;" + NAIVE_BODY,
             "#include <stdlib.h>",
         ),
         "runtime_error",
@@ -64,14 +56,14 @@ CASES: dict[str, tuple[str, str]] = {
     "exit_zero": (kernel("exit(0);", "#include <stdlib.h>"), "runtime_error"),
     "exit_infra_code": (kernel("exit(90);", "#include <stdlib.h>"), "runtime_error"),
     "write_file": (
-        kernel(f'FILE *f = fopen("{PWNED}", "w"); fputs("x", f); fclose(f);' + CORRECT_BODY,
+        kernel(f'FILE *f = fopen("{PWNED}", "w"); fputs("x", f); fclose(f);' + NAIVE_BODY,
                "#include <stdio.h>"),
         "format_violation",
     ),
     # open() fails with EACCES under the filter (runtimes that probe /sys fall back): nothing
     # can be read or written; the kernel still computes, so the run is ok (and nothing leaks)
     "raw_write_file": (
-        kernel(f'raw3(2, (long)"{PWNED}", 0101, 0644);' + CORRECT_BODY, RAW_SYSCALL),
+        kernel(f'raw3(2, (long)"{PWNED}", 0101, 0644);' + NAIVE_BODY, RAW_SYSCALL),
         "ok",
     ),
     "read_passwd": (
@@ -80,19 +72,19 @@ CASES: dict[str, tuple[str, str]] = {
         "format_violation",
     ),
     "raw_read_passwd": (
-        kernel(CORRECT_BODY + 'if (raw3(2, (long)"/etc/passwd", 0, 0) >= 0) C[0] = 1e300;',
+        kernel(NAIVE_BODY + 'if (raw3(2, (long)"/etc/passwd", 0, 0) >= 0) C[0] = 1e300;',
                RAW_SYSCALL),
         "ok",  # the open failed (else C[0] would be overwritten: wrong_result)
     ),
     "socket": (
-        kernel("int s = socket(2, 1, 0); (void)s;" + CORRECT_BODY, "#include <sys/socket.h>"),
+        kernel("int s = socket(2, 1, 0); (void)s;" + NAIVE_BODY, "#include <sys/socket.h>"),
         "format_violation",
     ),
     "socket_no_header": (
-        kernel("int s = socket(2, 1, 0); (void)s;" + CORRECT_BODY, "int socket(int, int, int);"),
+        kernel("int s = socket(2, 1, 0); (void)s;" + NAIVE_BODY, "int socket(int, int, int);"),
         "format_violation",
     ),
-    "raw_socket": (kernel("raw3(41, 2, 1, 0);" + CORRECT_BODY, RAW_SYSCALL), "runtime_error"),
+    "raw_socket": (kernel("raw3(41, 2, 1, 0);" + NAIVE_BODY, RAW_SYSCALL), "runtime_error"),
     "system": (kernel(f'system("touch {PWNED}");', "#include <stdlib.h>"), "format_violation"),
     "dlopen": (kernel('dlopen("libc.so.6", 2);', "#include <dlfcn.h>"), "format_violation"),
     "dlopen_no_header": (
@@ -108,12 +100,12 @@ CASES: dict[str, tuple[str, str]] = {
         "format_violation",
     ),
     "constructor": (
-        kernel(CORRECT_BODY, "__attribute__((constructor)) static void early(void) {}"),
+        kernel(NAIVE_BODY, "__attribute__((constructor)) static void early(void) {}"),
         "format_violation",
     ),
     "init_array_section": (
         kernel(
-            CORRECT_BODY,
+            NAIVE_BODY,
             "static void early(void) {}\n"
             '__attribute__((section(".init_array"), used)) static void (*p)(void) = early;',
         ),
@@ -123,14 +115,14 @@ CASES: dict[str, tuple[str, str]] = {
     # (and the clock is in the judge, another binary)
     "own_clock_gettime": (
         kernel(
-            CORRECT_BODY,
+            NAIVE_BODY,
             "#include <time.h>\n"
             "int clock_gettime(clockid_t c, struct timespec *t) { t->tv_sec = 0;\n"
             "  t->tv_nsec = 0; return 0; }",
         ),
         "ok",
     ),
-    "defines_main": (kernel(CORRECT_BODY, "int main(void) { return 0; }"), "format_violation"),
+    "defines_main": (kernel(NAIVE_BODY, "int main(void) { return 0; }"), "format_violation"),
     "ifunc": (
         "```c\nstatic void real(int M, int N, int K, const double *A, const double *B, double *C)"
         " {}\nstatic void *pick(void) { return (void *)real; }\n"
@@ -138,10 +130,10 @@ CASES: dict[str, tuple[str, str]] = {
         ' __attribute__((ifunc("pick")));\n```',
         "format_violation",
     ),
-    "modifies_A": (kernel(CORRECT_BODY + "((double *)A)[0] = 0.0;"), "wrong_result"),
+    "modifies_A": (kernel(NAIVE_BODY + "((double *)A)[0] = 0.0;"), "wrong_result"),
     "static_cache": (
         kernel(
-            "if (!done) {" + CORRECT_BODY + "for (int x = 0; x < M * N && x < 65536; x++)"
+            "if (!done) {" + NAIVE_BODY + "for (int x = 0; x < M * N && x < 65536; x++)"
             " saved[x] = C[x]; done = 1; return; }\n"
             "for (int x = 0; x < M * N && x < 65536; x++) C[x] = saved[x];",
             "static double saved[65536]; static int done;",
@@ -149,11 +141,11 @@ CASES: dict[str, tuple[str, str]] = {
         "wrong_result",
     ),
     "correct_first_call_only": (
-        kernel("if (calls++ == 0) {" + CORRECT_BODY + "} else { C[0] = 0.0; }",
+        kernel("if (calls++ == 0) {" + NAIVE_BODY + "} else { C[0] = 0.0; }",
                "static int calls;"),
         "wrong_result",
     ),
-    "writes_nan": (kernel(CORRECT_BODY + "C[M * N / 2] = 0.0 / 0.0;"), "wrong_result"),
+    "writes_nan": (kernel(NAIVE_BODY + "C[M * N / 2] = 0.0 / 0.0;"), "wrong_result"),
     "leaves_c_unwritten": (kernel("(void)A; (void)B; (void)C;"), "wrong_result"),
     "single_precision": (
         kernel(
@@ -163,10 +155,10 @@ CASES: dict[str, tuple[str, str]] = {
         ),
         "wrong_result",
     ),
-    "out_of_bounds_of_c": (kernel(CORRECT_BODY + "C[M * N + 3] = 1.0;"), "runtime_error"),
+    "out_of_bounds_of_c": (kernel(NAIVE_BODY + "C[M * N + 3] = 1.0;"), "runtime_error"),
     "out_of_bounds_inside_slack": (
         # 37 * 37 doubles end 8 bytes short of the 64-byte-aligned end: the canary catches it
-        kernel(CORRECT_BODY + "if (M == 37) C[M * N] = 1.0;"),
+        kernel(NAIVE_BODY + "if (M == 37) C[M * N] = 1.0;"),
         "runtime_error",
     ),
     "multiple_of_64_only": (
@@ -181,12 +173,12 @@ CASES: dict[str, tuple[str, str]] = {
         kernel(
             "static char line[4096]; memset(line, 'x', sizeof line);\n"
             "for (long n = 0; n < (1L << 30) / 4096; n++) fwrite(line, 1, sizeof line, stdout);"
-            + CORRECT_BODY,
+            + NAIVE_BODY,
             "#include <stdio.h>\n#include <string.h>",
         ),
         "runtime_error",
     ),
-    "sleep": (kernel("sleep(100);" + CORRECT_BODY, "#include <unistd.h>"), "timeout"),
+    "sleep": (kernel("sleep(100);" + NAIVE_BODY, "#include <unistd.h>"), "timeout"),
     "thousand_omp_threads": (
         kernel(
             "omp_set_num_threads(1000);\n#pragma omp parallel for num_threads(1000)\n"
@@ -228,7 +220,7 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "syntax_error": (kernel("for (int i = 0; i < M; i++ { C[i] = 0 }"), "compile_error"),
     "undeclared_identifier": (kernel("C[0] = undefined_thing;"), "compile_error"),
-    "quoted_include": (kernel(CORRECT_BODY, '#include "/etc/passwd"'), "format_violation"),
+    "quoted_include": (kernel(NAIVE_BODY, '#include "/etc/passwd"'), "format_violation"),
     "compile_bomb": (
         kernel(
             "double x = A[0];\nE24\nC[0] = x;",

@@ -16,7 +16,8 @@ from hargo_hpc.bench.cache import EVICT_PREFIX, CompileCache
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.validate import Violation, check_static_size, section_table, static_bytes
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+from .sources import SIG
+
 DOUBLES = 25_000_000  # 200 MB
 
 

@@ -23,16 +23,8 @@ from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.uids import leased_uid
 
 from .procs import sandbox_processes
+from .sources import NAIVE_BODY, SIG
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
-NAIVE_BODY = """
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double s = 0.0;
-            for (int k = 0; k < K; k++) s += A[i * K + k] * B[k * N + j];
-            C[i * N + j] = s;
-        }
-"""
 HOSTNAME = Path("/etc/hostname").read_text().strip()
 needs_mountns = pytest.mark.skipif(mountns_mode() is None, reason="no mount namespace here")
 

@@ -10,7 +10,8 @@ from hargo_hpc.bench import run_request
 from hargo_hpc.bench.techniques import detect_techniques
 from hargo_hpc.bench.validate import Violation, check_source
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+from .sources import SIG
+
 PARAMS = SIG.removeprefix("void gemm")
 LOOPS = """
     for (int i = 0; i < M; i++)

@@ -17,7 +17,8 @@ from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.reference import kernel_source
 from hargo_hpc.bench.settings import BenchSettings
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+from .sources import SIG
+
 ENOSPC = "No space left on device"
 
 

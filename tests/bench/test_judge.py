@@ -26,8 +26,8 @@ from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.uids import leased_uid
 
 from .procs import sandbox_processes
+from .sources import SIG
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
 NAIVE = kernel_source("naive")
 OUTSIDE = Path("/tmp/hargo-judge-test-pwned")
 

@@ -22,7 +22,7 @@ from hargo_hpc.bench.validate import (
     parse_readelf,
 )
 
-SIG = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
+from .sources import SIG
 
 
 def test_extract_plain_c_and_no_code() -> None:
