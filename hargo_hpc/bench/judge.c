@@ -110,6 +110,7 @@ static long nproc_limit;  /* the candidate's RLIMIT_NPROC: THREADS + 8 */
 typedef struct {
     const char *name;        /* "candidate" | "reference" */
     pid_t pid;
+    int memfd;               /* its shared memory, until spawn hands it over */
     unsigned char *base;     /* the judge's mapping of the child's memfd */
     size_t bytes;
     hargo_layout lay;        /* the judge's own copy: the child may scribble on the header */
@@ -538,7 +539,7 @@ static void child_memory(child *c, const int sizes[2][3], const char *name) {
         c->Cs[p] = malloc(sizeof(double) * (size_t)q->M * q->N);
         if (!c->A0[p] || !c->B0[p] || !c->Cs[p]) infra("malloc of private buffers failed");
     }
-    c->pid = -fd - 1; /* the memfd, until the fork (see spawn) */
+    c->memfd = fd;
 }
 
 static void close_from(int lowest) {
@@ -557,7 +558,7 @@ static void report(int kind, int value) {
 /* Fork the child: fd 3 = its memfd, fd 4 = its executable and fd 5 = the report pipe (both
  * close-on-exec), then (candidate) the run's uid and the filter, then exec. */
 static void spawn(child *c, const char *path, int untrusted, uid_t uid, gid_t gid) {
-    int memfd = -c->pid - 1;
+    int memfd = c->memfd;
     int exe = open(path, O_RDONLY | O_CLOEXEC);
     if (exe < 0) infra("cannot open a kernel binary");
     int pipefd[2];
