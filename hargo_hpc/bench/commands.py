@@ -17,9 +17,13 @@ from hargo_hpc.bench.runner import BenchRequest, Problem, run_bench
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 
+REPS_HELP = "exactly this many timed pairs (default: 5 to 31 within 40 ms of the kernel's calls)"
+
 
 def _settings(size: int | None, reps: int | None, threads: int | None) -> BenchSettings:
     update = {k: v for k, v in (("size", size), ("repetitions", reps), ("threads", threads)) if v}
+    if reps:  # exactly that many timed pairs
+        update["timed_budget_ms"] = 0
     return BenchSettings(**update)
 
 
@@ -31,7 +35,7 @@ def bench() -> None:
 @bench.command("run", context_settings=CONTEXT)
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--size", type=click.IntRange(1, 8192), help="M = N = K (default: settings, 256)")
-@click.option("--reps", type=click.IntRange(1, 1000), help="timed repetitions")
+@click.option("--reps", type=click.IntRange(1, 1000), help=REPS_HELP)
 @click.option("--threads", type=click.IntRange(1, 1024), help="OpenMP threads")
 @click.option("--forbid", multiple=True, help="SQD: forbid a technique (openmp, simd, ...)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="compile cache directory")
@@ -74,7 +78,7 @@ def run_cmd(
 
 @bench.command("calibrate", context_settings=CONTEXT)
 @click.option("--size", type=click.IntRange(1, 8192), help="M = N = K (default: settings, 256)")
-@click.option("--reps", type=click.IntRange(1, 1000), help="timed repetitions")
+@click.option("--reps", type=click.IntRange(1, 1000), help=REPS_HELP)
 @click.option("--threads", type=click.IntRange(1, 1024), help="OpenMP threads")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="compile cache directory")
 def calibrate_cmd(

@@ -1,8 +1,8 @@
 /*
  * hargo-hpc DGEMM judge.  Trusted: it never maps, links or runs a model's code.
  *
- *     judge CANDIDATE REFERENCE M N K M2 N2 K2 WARMUP REPS SEED UID GID THREADS UNTIMED_MS CALL_MS
- *           OUTPUT
+ *     judge CANDIDATE REFERENCE M N K M2 N2 K2 WARMUP REPS MAX_REPS BUDGET_MS SEED UID GID THREADS
+ *           UNTIMED_MS CALL_MS OUTPUT
  *
  * CANDIDATE and REFERENCE are static/dynamic executables built from kernel_main.c and one
  * `void gemm(int M, int N, int K, const double *A, const double *B, double *C)`: the model's
@@ -33,6 +33,10 @@
  *
  * Timed repetitions of the candidate and the reference are interleaved (C R, R C, C R, ...) on
  * the same threads and buffers' sizes, so load on the node and the node's speed cancel in g/g_ref.
+ * Each pair's calls are made with the judge on the next of its CPUs in turn (judge_on_cpu).
+ * There are at least REPS pairs; more follow, up to MAX_REPS, until the candidate's timed calls
+ * sum to BUDGET_MS: a fast kernel gets many pairs (its per-pair ratio is the noisiest), a slow
+ * one few (each of its calls is long enough to average the noise by itself).
  * The reference (trusted) is verified on its warm-up calls only.
  * Untimed calls (warm-up, check) each get UNTIMED_MS milliseconds, timed calls CALL_MS, then the
  * child is killed.
@@ -99,6 +103,7 @@ static int ready;
 static int realtime;      /* the judge runs SCHED_RR: so do its children, below it */
 static rlim_t rt_limit_us;
 static long nproc_limit;  /* the candidate's RLIMIT_NPROC: THREADS + 8 */
+static cpu_set_t allowed; /* the CPUs the judge was given: its children get all of them */
 
 #define HARGO_RT_JUDGE 20
 #define HARGO_RT_CHILD 10
@@ -542,6 +547,24 @@ static void child_memory(child *c, const int sizes[2][3], const char *name) {
     c->memfd = fd;
 }
 
+/* Move the judge to the n-th of its allowed CPUs (n = call number mod their count) for a call.
+ * A woken real-time child is placed off the CPU the judge runs on, so a serial kernel runs on
+ * each CPU in turn: on a VM whose virtual CPUs differ in speed from moment to moment, one slow
+ * CPU then weighs on every request alike instead of on the requests that happened to land on
+ * it (reward CV over 10 requests of the serial blocked kernel: 11 % pinned by chance, 4 %
+ * rotated).  The children keep every allowed CPU. */
+static void judge_on_cpu(uint64_t number) {
+    int count = CPU_COUNT(&allowed), pick = count ? (int)(number % (uint64_t)count) : 0, seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && count > 1; cpu++)
+        if (CPU_ISSET(cpu, &allowed) && seen++ == pick) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            sched_setaffinity(0, sizeof one, &one); /* best effort: a refusal only costs noise */
+            return;
+        }
+}
+
 static void close_from(int lowest) {
     for (int fd = lowest; fd < 4096; fd++) close(fd);
 }
@@ -573,6 +596,7 @@ static void spawn(child *c, const char *path, int untrusted, uid_t uid, gid_t gi
         fcntl(HARGO_CANDIDATE_FD, F_SETFD, FD_CLOEXEC);
         fcntl(HARGO_REPORT_FD, F_SETFD, FD_CLOEXEC);
         close_from(HARGO_REPORT_FD + 1);
+        sched_setaffinity(0, sizeof allowed, &allowed); /* not the CPU the judge is on now */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -696,6 +720,7 @@ static call_result call(child *c, int which, uint64_t seed, uint64_t number, int
     size_t na = (size_t)p->M * p->K, nb = (size_t)p->K * p->N, nc = (size_t)p->M * p->N;
     uint32_t key[8];
     chacha s;
+    judge_on_cpu(number); /* both calls of a pair: the same CPU */
     fresh_key(key, seed, number, c == &ref);
     chacha_init(&s, key);
     fill(c->A0[which], na, &s);
@@ -774,24 +799,27 @@ int main(void) { /* the keystream of an all-zero key, counter 0 and 1 (tests onl
 int main(int argc, char **argv) {
     verdict = fdopen(3, "w");
     if (!verdict) _exit(91);
-    if (argc != 18)
-        infra("usage: judge CANDIDATE REFERENCE M N K M2 N2 K2 WARMUP REPS SEED UID GID THREADS "
-              "UNTIMED_MS CALL_MS OUTPUT");
+    if (argc != 20)
+        infra("usage: judge CANDIDATE REFERENCE M N K M2 N2 K2 WARMUP REPS MAX_REPS BUDGET_MS SEED "
+              "UID GID THREADS UNTIMED_MS CALL_MS OUTPUT");
     const char *cand_path = argv[1], *ref_path = argv[2];
     int sizes[2][3] = {{atoi(argv[3]), atoi(argv[4]), atoi(argv[5])},
                        {atoi(argv[6]), atoi(argv[7]), atoi(argv[8])}};
-    int warmup = atoi(argv[9]), reps = atoi(argv[10]);
-    uint64_t seed = strtoull(argv[11], NULL, 10);
-    long uid = atol(argv[12]), gid = atol(argv[13]);
-    int threads = atoi(argv[14]);
-    double untimed_s = atof(argv[15]) / 1000.0, call_s = atof(argv[16]) / 1000.0;
-    long long output_limit = atoll(argv[17]);
+    int warmup = atoi(argv[9]), min_reps = atoi(argv[10]), max_reps = atoi(argv[11]);
+    double budget_s = atof(argv[12]) / 1000.0;
+    uint64_t seed = strtoull(argv[13], NULL, 10);
+    long uid = atol(argv[14]), gid = atol(argv[15]);
+    int threads = atoi(argv[16]);
+    double untimed_s = atof(argv[17]) / 1000.0, call_s = atof(argv[18]) / 1000.0;
+    long long output_limit = atoll(argv[19]);
     for (int p = 0; p < 2; p++)
         for (int d = 0; d < 3; d++)
             if (sizes[p][d] <= 0) infra("bad sizes");
-    if (warmup < 0 || reps < 1 || threads < 1 || untimed_s <= 0 || call_s <= 0 || output_limit <= 0)
+    if (warmup < 0 || min_reps < 1 || max_reps < min_reps || budget_s < 0 || threads < 1 ||
+        untimed_s <= 0 || call_s <= 0 || output_limit <= 0)
         infra("bad arguments");
     nproc_limit = threads + 8;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) infra("sched_getaffinity failed");
     struct sched_param judge_prio = {.sched_priority = HARGO_RT_JUDGE};
     realtime = sched_setscheduler(0, SCHED_RR, &judge_prio) == 0;
     rt_limit_us = (rlim_t)(call_s * 1e6);
@@ -802,9 +830,10 @@ int main(int argc, char **argv) {
     if (with_ref) child_memory(&ref, sizes, "reference");
     struct rlimit fsize = {(rlim_t)output_limit, (rlim_t)output_limit};
     if (setrlimit(RLIMIT_FSIZE, &fsize) != 0) infra("cannot limit the children's output");
-    size_t ncalls = (size_t)warmup + (size_t)reps + 1;
-    double *times = calloc((size_t)reps, sizeof(double)), *cpus = calloc((size_t)reps, sizeof(double));
-    double *ref_times = calloc((size_t)reps, sizeof(double));
+    size_t ncalls = (size_t)warmup + (size_t)max_reps + 1;
+    double *times = calloc((size_t)max_reps, sizeof(double));
+    double *cpus = calloc((size_t)max_reps, sizeof(double));
+    double *ref_times = calloc((size_t)max_reps, sizeof(double));
     uint64_t *keys = calloc(ncalls, sizeof(uint64_t));
     if (!times || !cpus || !ref_times || !keys) infra("malloc failed");
     if (with_ref) {
@@ -823,11 +852,14 @@ int main(int argc, char **argv) {
         keys[number] = call(&cand, 0, seed, number, 1, untimed_s, "warm-up").key;
         if (with_ref) call(&ref, 0, seed, number, 1, call_s, "reference warm-up");
     }
-    for (int r = 0; r < reps; r++, number++) {
+    int reps = 0;
+    double timed_s = 0.0;
+    for (int r = 0; r < max_reps && (r < min_reps || timed_s < budget_s); r++, number++, reps++) {
         int ref_first = with_ref && (r % 2 == 1);
         if (ref_first) ref_times[r] = call(&ref, 0, seed, number, 0, call_s, "reference").seconds;
         call_result got = call(&cand, 0, seed, number, 1, call_s, "timed");
         times[r] = got.seconds;
+        timed_s += got.seconds;
         cpus[r] = got.cpu;
         keys[number] = got.key;
         if (with_ref && !ref_first)

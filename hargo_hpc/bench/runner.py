@@ -295,8 +295,8 @@ def _execute(
         res.seed = settings.seed
         uid, gid = ids if ids else (-1, -1)
         argv = [str(judge), str(build.binary), str(ref.binary), str(p.M), str(p.N), str(p.K),
-                *map(str, p.check), str(settings.warmup), str(settings.repetitions),
-                str(res.seed), str(uid), str(gid), str(t),
+                *map(str, p.check), str(settings.warmup), *map(str, settings.pair_bounds()),
+                str(settings.timed_budget_ms), str(res.seed), str(uid), str(gid), str(t),
                 str(int(settings.untimed_call_timeout_s * 1000)), str(int(timeout * 1000)),
                 str(settings.output_limit_bytes)]  # fmt: skip
         # pids: the judge's, the reference's and the kernel's threads; cpuset: the worker's CPUs
@@ -424,7 +424,7 @@ def _exec_probe(judge: Path, ref: Reference, settings: BenchSettings, cache: Com
     seen = _EXEC_PROBES.get(key)
     if seen and time.monotonic() - seen[0] < PROBE_TTL_S:
         return seen[1]
-    small = settings.model_copy(update={"warmup": 0, "repetitions": 1})
+    small = settings.model_copy(update={"warmup": 0, "repetitions": 1, "timed_budget_ms": 0})
     build = build_kernel(kernel_source("naive"), small, cache,
                          timeout_s=max(1.0, deadline - time.monotonic()), ids=ids)  # fmt: skip
     probe = BenchResult(request_id="exec-probe", threads=allocated_threads(settings))
@@ -449,8 +449,8 @@ def _timings(res: BenchResult, lines: list[str], p: Problem, settings: BenchSett
                if ln.startswith("CPU ")]  # fmt: skip
     except (IndexError, ValueError):
         times, ref_times, cpu = [], [], []
-    n = settings.repetitions
-    if len(times) != n or len(ref_times) != n or not all(
+    fewest, most = settings.pair_bounds()
+    if not fewest <= len(times) <= most or len(ref_times) != len(times) or not all(
         math.isfinite(x) and x > 0 for x in (*times, *ref_times)
     ):
         res.status, res.reason = "runtime_error", "the judge's timing record is damaged"

@@ -35,7 +35,19 @@ class BenchSettings(BaseModel):
         97, gt=0, description="second verified size, not a multiple of any block size"
     )
     warmup: int = Field(1, ge=0)
-    repetitions: int = Field(5, ge=1)
+    repetitions: int = Field(
+        5, ge=1, description="timed pairs (kernel call, reference call) at least"
+    )
+    max_repetitions: int = Field(
+        31, ge=1,
+        description="timed pairs at most (more than `repetitions` only within the budget; "
+        "below `repetitions` it is raised to it)",
+    )
+    timed_budget_ms: float = Field(
+        40.0, ge=0,
+        description="pairs are added past `repetitions` until the kernel's timed calls sum to "
+        "this (a fast kernel's per-pair ratio is the noisiest; 0 = exactly `repetitions`)",
+    )
     threads: int = Field(0, ge=0, description="OpenMP threads; 0 = the CPUs allocated to the job")
     proc_bind: str = Field(
         "close", description="OMP_PROC_BIND for the run ('' = leave threads unpinned)"
@@ -89,3 +101,10 @@ class BenchSettings(BaseModel):
     )
     max_processes: int = Field(256, gt=0, description="RLIMIT_NPROC of the sandboxed user")
     penalties: Penalties = Field(default_factory=Penalties)
+
+    def pair_bounds(self) -> tuple[int, int]:
+        """(fewest, most) timed pairs the judge makes: repetitions, and max_repetitions raised to
+        it; with timed_budget_ms 0 exactly `repetitions`."""
+        if self.timed_budget_ms == 0:
+            return self.repetitions, self.repetitions
+        return self.repetitions, max(self.repetitions, self.max_repetitions)

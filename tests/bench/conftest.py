@@ -44,6 +44,7 @@ def settings() -> BenchSettings:
         check_size=37,
         warmup=1,
         repetitions=2,
+        timed_budget_ms=0,  # exactly 2 timed pairs
         compile_timeout_s=8.0,
         run_timeout_s=3.0,
         request_timeout_s=30.0,

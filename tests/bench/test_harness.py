@@ -68,6 +68,18 @@ def test_record_fields_and_sandbox_layers(settings, cache_dir, run_tmp) -> None:
     assert "seccomp" in rec["sandbox"] or rec["sandbox_unavailable"]
 
 
+@pytest.mark.parametrize(("budget_ms", "pairs"), [(1e6, 6), (1e-3, 2)])
+def test_pairs_are_added_within_the_timed_budget(budget_ms, pairs, settings, cache_dir,
+                                                 run_tmp) -> None:  # fmt: skip
+    """At least `repetitions` pairs; more, up to max_repetitions, while the kernel's timed calls
+    sum to less than the budget (a budget no run reaches: all 6; one every call exceeds: 2)."""
+    s = settings.model_copy(update={"repetitions": 2, "max_repetitions": 6,
+                                    "timed_budget_ms": budget_ms})  # fmt: skip
+    rec = run_request({"id": "p", "completion": kernel_source("openmp")}, s, cache_dir=cache_dir)
+    assert rec["status"] == "ok", rec["reason"]
+    assert len(rec["times_s"]["all"]) == len(rec["times_s"]["reference"]) == pairs
+
+
 def test_duplicate_completion_hits_the_cache(settings, tmp_path, run_tmp) -> None:
     cache = str(tmp_path / "fresh-cache")
     req = {"id": "a", "completion": kernel_source("reordered")}
