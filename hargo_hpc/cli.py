@@ -12,8 +12,10 @@ from hargo_hpc import __version__
 from hargo_hpc.bench.commands import bench
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+from hargo_hpc.eval.commands import eval_group
 from hargo_hpc.examples.commands import init
 from hargo_hpc.handoff.commands import handoff, worker
+from hargo_hpc.tasks.commands import data
 
 
 @click.group(context_settings=CONTEXT)
@@ -67,6 +69,8 @@ def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
 
 # Each area owns its commands (`<package>/commands.py`); the CLI only mounts them.
 main.add_command(bench)
+main.add_command(data)
+main.add_command(eval_group)
 main.add_command(handoff)
 main.add_command(init)
 main.add_command(worker)

@@ -25,9 +25,10 @@ from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.techniques import TECHNIQUES
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
+from hargo_hpc.tasks.settings import RewardSettings
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
-TASK_NAMES = ("data_race_c", "data_race_fortran", "mlperf_qa", "plp_qa", "gemm")
 RESOLVED_NAME = "config.toml"
 
 
@@ -57,14 +58,23 @@ class ModelSection(_Section):
 
 class TaskSpec(_Section):
     name: Literal[TASK_NAMES]  # type: ignore[valid-type]
-    path: str = Field("", description="data file; '' = the task's shipped sample")
-    weight: float = Field(1.0, ge=0)
+    path: str = Field(
+        "", description="a directory of the published files, one file, the hub id "
+        "HPC-GPT/HPC, or '' = the task's shipped sample",
+    )
+    weight: float | None = Field(
+        None, ge=0, description="share in the mixture; unset = proportional to its size"
+    )
     max_items: int | None = Field(None, gt=0)
 
 
 class DataSection(_Section):
     tasks: list[TaskSpec] = Field(default_factory=lambda: [TaskSpec(name="data_race_c")])
     eval_fraction: float = Field(0.1, ge=0, lt=1)
+    prompt_format: Literal[PROMPT_FORMATS] = Field(  # type: ignore[valid-type]
+        "auto", description="alpaca (HPC-GPT's), chat (the tokenizer's template), auto = chat "
+        "when the tokenizer has one",
+    )
 
     @model_validator(mode="after")
     def _some_task(self) -> DataSection:
@@ -116,11 +126,6 @@ class TrainingSection(_Section):
     save_every: int = Field(0, ge=0, description="0 = only at the end")
 
 
-class RewardsSection(_Section):
-    qa_metric: Literal["f1", "exact", "similarity"] = "f1"
-    similarity_model: str = Field("", description="'' = the packaged all-MiniLM-L6-v2")
-
-
 class SqdSection(_Section):
     enabled: bool = False
     techniques: list[Literal[TECHNIQUES]] = Field(  # type: ignore[valid-type]
@@ -166,7 +171,7 @@ class ExperimentConfig(_Section):
     algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
-    rewards: RewardsSection = Field(default_factory=RewardsSection)
+    rewards: RewardSettings = Field(default_factory=RewardSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     handoff: HandoffSettings = Field(default_factory=HandoffSettings)
     sqd: SqdSection = Field(default_factory=SqdSection)

@@ -26,6 +26,7 @@ CONFIG_LOADS = {
     "hargo_hpc.algorithms.presets",
     "hargo_hpc.bench", "hargo_hpc.bench.settings", "hargo_hpc.bench.techniques",
     "hargo_hpc.handoff", "hargo_hpc.handoff.settings",
+    "hargo_hpc.tasks", "hargo_hpc.tasks.names", "hargo_hpc.tasks.settings",
 }
 HEAVY = ("torch", "numpy", "transformers", "deepspeed", "submitit", "jinja2", "rich", "ctypes",
          "psutil", "click")

@@ -1,0 +1,84 @@
+"""What a task is: an `Example`, and the `Task` every task family implements.
+
+A task turns published records (HPC-GPT's Alpaca JSON, or GEMM problems) into examples, an
+example into the text the model is asked, a completion into an answer, and answers into
+rewards and metrics. The trainer and the evaluation only see this interface: they mix tasks
+without knowing them. The task name travels with each example for metrics and logs; it never
+reaches `hargo_hpc.algorithms`.
+
+Nothing here imports torch; the similarity reward loads its model on first use.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from hargo_hpc.tasks.settings import RewardSettings
+
+
+class DataError(ValueError):
+    """Bad task data or predictions; the message is one line naming the file and the record."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One question of one task.
+
+    `id` is stable across runs (`<task>:<index in the source>`); `output` is the reference
+    answer; `label` the class used for stratified splits (data race: yes/no; else '');
+    `meta` holds what a task needs besides (GEMM: the problem).
+    """
+
+    task: str
+    id: str
+    instruction: str
+    input: str
+    output: str
+    label: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """One task: subclasses set the class variables and implement the abstract methods."""
+
+    name: ClassVar[str]
+    files: ClassVar[tuple[str, ...]] = ()  # the published file names (HPC-GPT), for a directory
+    sample: ClassVar[str] = ""  # the shipped sample's file name in hargo_hpc/tasks/samples/
+    remote: ClassVar[bool] = False  # True: rewarded by the bench through the handoff (GEMM)
+
+    def __init__(self, rewards: RewardSettings | None = None) -> None:
+        self.rewards = rewards or RewardSettings()
+
+    @abstractmethod
+    def from_record(self, record: Mapping[str, Any], index: int) -> Example | None:
+        """The example of one validated source record; None when it does not fit the task
+        (dropped, and counted in the log)."""
+
+    def user_text(self, example: Example) -> str:
+        """What the model is asked, before any template (Alpaca or chat: `prompts.py`)."""
+        if example.input:
+            return f"{example.instruction}\n\n{example.input}"
+        return example.instruction
+
+    @abstractmethod
+    def extract(self, completion: str) -> str:
+        """The answer in a completion (any text: empty, huge, binary; never raises)."""
+
+    def reward(self, examples: Sequence[Example], completions: Sequence[str]) -> list[float]:
+        """One reward per (example, completion) pair, computed here (text tasks)."""
+        raise NotImplementedError(f"task {self.name!r} is rewarded remotely (request/record)")
+
+    def request(self, example: Example, completion: str, request_id: str) -> dict[str, Any]:
+        """The handoff request of a remotely rewarded task (`handoff.schema.Request` fields)."""
+        raise NotImplementedError(f"task {self.name!r} is rewarded in process (reward)")
+
+    def reward_from_record(self, record: Mapping[str, Any]) -> float | None:
+        """The reward in a bench result record; None when it is not a reward (infra_error)."""
+        raise NotImplementedError(f"task {self.name!r} is rewarded in process (reward)")
+
+    @abstractmethod
+    def metrics(self, examples: Sequence[Example], predictions: Sequence[str]) -> dict[str, Any]:
+        """The task's metrics over predictions (raw completions) of these examples."""
