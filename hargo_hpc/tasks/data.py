@@ -1,0 +1,217 @@
+"""Loading a task's records: from a directory, one file, the hub, or the shipped sample.
+
+`path` of a task (the config's `[[data.tasks]] path`) is one of
+
+- a directory holding the published HPC-GPT files under their names (`Task.files`, e.g.
+  `task2_c_c++.json`): the first of the task's names found there is read;
+- one file: a JSON list of records, or JSONL (one record per line) when it ends in `.jsonl`;
+- the hub id `HPC-GPT/HPC`: the task's file of the Hugging Face dataset, through
+  `datasets.load_dataset` (cached where `datasets` caches; an existing local path of that
+  name wins);
+- `""`: the task's shipped sample, `hargo_hpc/tasks/samples/<Task.sample>`.
+
+Local files are read with `json`, not `datasets`: its JSON loader fills a missing key with
+None (a record without `output` looks like one with `"output": null`), reports bad JSON
+without a position, and caches a copy; here every error is one line naming the file and the
+record. Records are validated (`validate_records`), then each goes through
+`task.from_record(record, index)`; those that do not fit the task (None) are dropped and
+counted in one log line. See docs/data.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hargo_hpc.tasks.base import DataError, Example, Task
+from hargo_hpc.tasks.settings import RewardSettings
+
+HUB_ID = "HPC-GPT/HPC"
+SAMPLES = Path(__file__).resolve().parent / "samples"
+REQUIRED = ("instruction", "output")
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SourceRecords:
+    """The validated records of one source: `source` names it in messages (the path, or
+    `HPC-GPT/HPC/<file>`), `name` is its short name (the file's) for log lines."""
+
+    source: str
+    name: str
+    records: list[dict[str, Any]]
+
+
+class TaskSpecLike(Protocol):
+    """What `load_tasks` reads of a task entry (`hargo_hpc.config.TaskSpec` fits)."""
+
+    name: str
+    path: str
+    max_items: int | None
+
+
+def validate_records(raw: Any, source: str) -> list[dict[str, Any]]:
+    """The records of `raw` (parsed JSON), each a dict with string `instruction` and `output`
+    and `input` a string ('' when missing or null); DataError naming `source` and the record
+    index for anything else."""
+    if not isinstance(raw, list):
+        raise DataError(f"{source}: expected a JSON list of records, got {_kind(raw)}")
+    records = []
+    for index, record in enumerate(raw):
+        if not isinstance(record, dict):
+            raise DataError(f"{source}: record {index} is not an object (got {_kind(record)})")
+        for key in REQUIRED:
+            if key not in record:
+                raise DataError(f"{source}: record {index} has no {key!r}")
+            if not isinstance(record[key], str):
+                raise DataError(
+                    f"{source}: record {index}: {key!r} is not a string (got {_kind(record[key])})"
+                )
+        extra = record.get("input")
+        if extra is not None and not isinstance(extra, str):
+            raise DataError(f"{source}: record {index}: 'input' is not a string "
+                            f"(got {_kind(extra)})")
+        records.append({**record, "input": extra or ""})
+    return records
+
+
+def read_file(path: Path) -> list[dict[str, Any]]:
+    """The validated records of one JSON (a list) or JSONL (`.jsonl`: one object per
+    non-blank line; the record index counts records, the message names the line too) file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read: {_first_line(err)}") from None
+    if path.suffix == ".jsonl":
+        raw = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                raw.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}: record {len(raw)} (line {number}) is not valid "
+                                f"JSON: {err.msg} (column {err.colno})") from None
+        return validate_records(raw, str(path))
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: not valid JSON: {err.msg} (line {err.lineno} column "
+                        f"{err.colno})") from None
+    return validate_records(raw, str(path))
+
+
+def read_records(task: Task, path: str = "") -> SourceRecords:
+    """The validated records of `task` at `path` (the four forms of the module docstring),
+    before `from_record`: what `load_examples` and `hargo data stats` start from."""
+    if path == "":
+        if not task.sample:
+            raise DataError(f"task {task.name!r} ships no sample; give its data path")
+        file = SAMPLES / task.sample
+        if not file.is_file():
+            raise DataError(f"{file}: the shipped sample of task {task.name!r} is missing")
+        return SourceRecords(str(file), file.name, read_file(file))
+    local = Path(path)
+    if path == HUB_ID and not local.exists():
+        return _hub_records(task)
+    if local.is_dir():
+        file = next((local / n for n in task.files if (local / n).is_file()), None)
+        if file is None:
+            wanted = " or ".join(task.files) or "(the task has no published file)"
+            raise DataError(f"{local}: no file of task {task.name!r} in it (looked for {wanted})")
+        return SourceRecords(str(file), file.name, read_file(file))
+    if local.is_file():
+        return SourceRecords(str(local), local.name, read_file(local))
+    raise DataError(f"{path}: no such file or directory (data of task {task.name!r})")
+
+
+def _hub_records(task: Task) -> SourceRecords:
+    """The task's published file from the hub dataset `HPC-GPT/HPC` (needs the network, or
+    `datasets`' cache; offline it fails with a DataError)."""
+    if not task.files:
+        raise DataError(f"task {task.name!r} has no file in {HUB_ID}")
+    name = task.files[0]
+    source = f"{HUB_ID}/{name}"
+    import datasets  # heavy: only on this path
+
+    try:
+        rows = datasets.load_dataset(HUB_ID, data_files=name, split="train").to_list()
+    except Exception as err:  # network, offline mode, a missing file: one line for the user
+        raise DataError(f"{source}: cannot load from the Hugging Face hub: "
+                        f"{_first_line(err)}") from None
+    return SourceRecords(source, source, validate_records(rows, source))
+
+
+def examples_of(
+    task: Task, records: SourceRecords, *, max_items: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Example]:
+    """The examples of `records`: `task.from_record(record, index)` for each (index = the
+    record's position in its source, so ids are `<task>:<index>`), records that do not fit
+    dropped and counted in one log line; then the first `max_items` of them. DataError when
+    none fits."""
+    examples = []
+    for index, record in enumerate(records.records):
+        example = task.from_record(record, index)
+        if example is not None:
+            examples.append(example)
+    total, dropped = len(records.records), len(records.records) - len(examples)
+    if not examples:
+        raise DataError(f"{records.source}: no record fits task {task.name!r} "
+                        f"({total} records, all dropped)")
+    if dropped:
+        (log or _LOG.info)(f"{task.name}: dropped {dropped} of {total} records of "
+                           f"{records.name} that do not fit the task")
+    if max_items is not None:
+        if max_items <= 0:
+            raise ValueError(f"max_items must be positive, got {max_items}")
+        examples = examples[:max_items]
+    return examples
+
+
+def load_examples(
+    task: Task, path: str = "", *, max_items: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Example]:
+    """The examples of `task` at `path` (a directory, a file, `HPC-GPT/HPC` or '' = the shipped
+    sample): the first `max_items` usable ones when given. `log` gets the dropped-records line
+    (default: this module's logger at INFO)."""
+    return examples_of(task, read_records(task, path), max_items=max_items, log=log)
+
+
+def load_tasks(
+    specs: Iterable[TaskSpecLike], rewards: RewardSettings | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, list[Example]]:
+    """The examples of each task entry (config `[[data.tasks]]`), keyed by task name in the
+    entries' order; DataError for an unknown or repeated task name."""
+    from hargo_hpc.tasks.registry import get_task
+
+    loaded: dict[str, list[Example]] = {}
+    for spec in specs:
+        if spec.name in loaded:
+            raise DataError(f"task {spec.name!r} is listed twice in the data tasks")
+        try:
+            task = get_task(spec.name, rewards)
+        except ValueError as err:
+            raise DataError(str(err)) from None
+        loaded[spec.name] = load_examples(task, spec.path, max_items=spec.max_items, log=log)
+    return loaded
+
+
+def _kind(value: Any) -> str:
+    """A JSON-ish name of `value`'s type for messages."""
+    names: Mapping[type, str] = {dict: "an object", list: "a list", str: "a string",
+                                 bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
