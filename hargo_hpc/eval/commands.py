@@ -1,12 +1,161 @@
-"""`hargo eval`: score predictions of a task, compare two systems (WinRate)."""
+"""`hargo eval`: score predictions of a task, compare two systems (WinRate).
+
+A predictions file is a JSON list of records, or JSONL (one record per line), each with
+`output` (the reference) and `prediction` (the system's raw completion or answer), and
+optionally `instruction` and `input` (shown to an LLM judge; compared between WinRate's two
+files). Bad input is one line, `error: ...`, exit 2. See docs/tasks.md.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import click
 
-from hargo_hpc.cli_support import CONTEXT
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.tasks.base import DataError, Example, Task
+from hargo_hpc.tasks.winrate import DEFAULT_MARGIN
+
+TEXT_FIELDS = ("instruction", "input")  # optional strings
+REQUIRED = ("output", "prediction")
 
 
 @click.group("eval", context_settings=CONTEXT)
 def eval_group() -> None:
     """Score predictions with a task's metrics; WinRate of one system against another."""
+
+
+@eval_group.command("score", context_settings=CONTEXT)
+@click.argument("task_name", metavar="TASK")
+@click.argument("predictions", metavar="PREDICTIONS")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
+def score(task_name: str, predictions: str, as_json: bool) -> None:
+    """Print TASK's metrics of the predictions in PREDICTIONS (a JSON list or JSONL file of
+    records with `output`, the reference, and `prediction`)."""
+    task = _task(task_name)
+    records = _read(predictions)
+    examples = _examples(task, records, predictions)
+    try:
+        metrics = task.metrics(examples, [r["prediction"] for r in records])
+    except DataError as err:
+        raise UsageFailure(str(err)) from None
+    _show(metrics, as_json, f"{task.name}: {len(records)} predictions in {predictions}")
+
+
+@eval_group.command("winrate", context_settings=CONTEXT)
+@click.argument("file_a", metavar="A")
+@click.argument("file_b", metavar="B")
+@click.option("--task", "task_name", required=True, help="The task whose records both hold.")
+@click.option("--judge", "judge_spec", default="auto", show_default=True,
+              help="auto (reference-grounded, the task's own score) or llm:MODEL_DIR.")
+@click.option("--margin", type=float, default=DEFAULT_MARGIN, show_default=True,
+              help="auto judge: score differences up to this are ties.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def winrate(file_a: str, file_b: str, task_name: str, judge_spec: str, margin: float,
+            as_json: bool) -> None:
+    """WinRate of system A against system B: two prediction files over the same records
+    (same order, same `instruction` and `output`); ties count half."""
+    from hargo_hpc.tasks.winrate import make_judge, win_rate
+
+    task = _task(task_name)
+    records_a, records_b = _read(file_a), _read(file_b)
+    examples = _examples(task, records_a, file_a)
+    _examples(task, records_b, file_b)
+    _same_records(records_a, records_b, file_a, file_b)
+    try:
+        judge = make_judge(judge_spec, task, margin)
+        result = win_rate(examples, [r["prediction"] for r in records_a],
+                          [r["prediction"] for r in records_b], judge)
+    except (DataError, ValueError) as err:
+        raise UsageFailure(str(err)) from None
+    _show(result.as_dict(), as_json, f"{task.name}: {file_a} (A) against {file_b} (B), "
+                                     f"judge {judge_spec}")
+
+
+def _task(name: str) -> Task:
+    from hargo_hpc.tasks.registry import get_task, task_names
+
+    if name == "gemm":
+        raise UsageFailure("gemm predictions are kernels, scored by measurement: "
+                           "use `hargo bench run`, not `hargo eval`")
+    if name not in task_names():
+        raise UsageFailure(f"unknown task {name!r}; known: "
+                           f"{', '.join(n for n in task_names() if n != 'gemm')}")
+    return get_task(name)
+
+
+def _read(path: str) -> list[dict[str, Any]]:
+    """The validated records of a predictions file (JSON list, or JSONL); UsageFailure naming
+    the file and the record (or line) for anything else."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = getattr(err, "strerror", None) or err
+        raise UsageFailure(f"{path}: cannot read: {reason}") from None
+    if text.lstrip().startswith("["):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UsageFailure(f"{path}: not valid JSON: {err.msg} "
+                               f"(line {err.lineno}, column {err.colno})") from None
+    else:
+        raw = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                raw.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UsageFailure(f"{path}: line {lineno}: not valid JSON ({err.msg}); "
+                                   "expected a JSON list of records or JSONL") from None
+    if not raw:
+        raise UsageFailure(f"{path}: no records")
+    for index, record in enumerate(raw):
+        if not isinstance(record, dict):
+            raise UsageFailure(f"{path}: record {index} is not an object "
+                               f"(got {type(record).__name__})")
+        for key in REQUIRED:
+            if not isinstance(record.get(key), str):
+                problem = "has no" if key not in record else "has a non-string"
+                raise UsageFailure(f"{path}: record {index} {problem} {key!r}")
+        for key in TEXT_FIELDS:
+            if record.get(key) is not None and not isinstance(record[key], str):
+                raise UsageFailure(f"{path}: record {index}: {key!r} is not a string")
+    return raw
+
+
+def _examples(task: Task, records: list[dict[str, Any]], path: str) -> list[Example]:
+    examples = []
+    for index, record in enumerate(records):
+        source = {"instruction": record.get("instruction") or "",
+                  "input": record.get("input") or "", "output": record["output"]}
+        example = task.from_record(source, index)
+        if example is None:
+            raise UsageFailure(f"{path}: record {index}: output {record['output'][:40]!r} is "
+                               f"not a {task.name} reference")
+        examples.append(example)
+    return examples
+
+
+def _same_records(a: list[dict[str, Any]], b: list[dict[str, Any]], file_a: str,
+                  file_b: str) -> None:
+    if len(a) != len(b):
+        raise UsageFailure(f"{file_a} has {len(a)} records but {file_b} has {len(b)}: "
+                           f"record {min(len(a), len(b))} has no counterpart")
+    for index, (x, y) in enumerate(zip(a, b, strict=True)):
+        for key in ("instruction", "input", "output"):
+            if (x.get(key) or "") != (y.get(key) or ""):
+                raise UsageFailure(f"{file_a} and {file_b} differ at record {index}: {key!r}")
+
+
+def _show(values: dict[str, Any], as_json: bool, title: str) -> None:
+    if as_json:
+        click.echo(json.dumps(values))
+        return
+    click.echo(title)
+    width = max(map(len, values))
+    for key, value in values.items():
+        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        click.echo(f"  {key:<{width}}  {shown}")

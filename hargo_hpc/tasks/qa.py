@@ -1,0 +1,220 @@
+"""The question-answering tasks: MLPerf QA (short facts) and PLP QA (one sentence).
+
+Also the answer extraction every text task shares (`extract_answer`): the data-race task
+imports it from here. Rewards and metrics, with their formulas and reasons: docs/tasks.md.
+
+MLPerf QA is scored like SQuAD (Rajpurkar et al. 2016, the official v1.1 evaluation script):
+normalised exact match and token F1, times a brevity factor; PLP QA by the cosine similarity of
+sentence embeddings (`hargo_hpc.tasks.similarity`, which loads its model on first use).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hargo_hpc.tasks.base import Example, Task
+
+MAX_ANSWER_CHARS = 4096  # an extracted answer is cut to this many characters
+OVER_CHARS = 40  # the metric's length threshold: HARGO's "65.9 % of answers exceed 40 characters"
+_SECTION = re.compile(r"^[ \t]*###(?=\s|$)", re.MULTILINE)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = frozenset(string.punctuation)
+
+Scorer = Callable[[Sequence[str], Sequence[str]], list[float]]  # (answers, references) -> scores
+
+
+def as_text(value: object) -> str:
+    """Any completion as a str every tokenizer accepts: bytes are decoded as UTF-8 with
+    replacement, None is '', anything else goes through str(); lone surrogates (which the
+    Rust tokenizers refuse) become '?'."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bytes | bytearray):
+        text = bytes(value).decode("utf-8", "replace")
+    elif value is None:
+        text = ""
+    else:
+        text = str(value)
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def extract_answer(completion: object) -> str:
+    """The answer in a completion: the text before the first line that starts with `###`
+    (a new Alpaca section: a base model that keeps going writes `### Instruction:` again),
+    stripped, at most MAX_ANSWER_CHARS characters. Never raises; idempotent."""
+    text = completion if isinstance(completion, str) else as_text(completion)
+    marker = _SECTION.search(text)
+    if marker is not None:
+        text = text[: marker.start()]
+    return as_text(text.strip()[:MAX_ANSWER_CHARS].rstrip())
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1's normalisation: lower-case, drop ASCII punctuation (`string.punctuation`),
+    drop the articles a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(answer: str, reference: str) -> float:
+    """1.0 when normalize(answer) == normalize(reference), else 0.0 (SQuAD v1.1)."""
+    return float(normalize_answer(answer) == normalize_answer(reference))
+
+
+def token_f1(answer: str, reference: str) -> float:
+    """SQuAD v1.1's token F1 over normalised, whitespace-split tokens:
+    c = |tokens(answer) ∩ tokens(reference)| (multiset), P = c / |answer|, R = c / |reference|,
+    F1 = 2PR / (P + R); 0 when c = 0; 1 when both normalise to nothing (then they match)."""
+    pred, ref = normalize_answer(answer).split(), normalize_answer(reference).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def brevity_factor(length: int, reference_length: int, chars: int, weight: float) -> float:
+    """The factor a verbose answer's score is multiplied by.
+
+    With the limit L = max(chars, reference_length) and w = weight:
+    1 for length <= L, else 1 - w * min(1, (length - L) / L): a linear ramp from 1 at L down to
+    1 - w at 2L and beyond (continuous, monotone, bounded). The reference's own length is in
+    L so that repeating a long reference never pays; HARGO's abstract names verbosity as the
+    SFT model's failure on MLPerf (65.9 % of its answers exceed 40 characters).
+    """
+    limit = max(chars, reference_length)
+    if length <= limit:
+        return 1.0
+    return 1.0 - weight * min(1.0, (length - limit) / limit)
+
+
+def mlperf_metrics(references: Sequence[str], predictions: Sequence[object]) -> dict[str, Any]:
+    """MLPerf QA's metrics over raw predictions (extracted first): means of exact match and
+    token F1, the mean answer length in characters, and the share of answers over 40
+    characters. All 0 for no predictions."""
+    _same_length(references, predictions)
+    answers = [extract_answer(p) for p in predictions]
+    n = len(answers)
+    if n == 0:
+        return {"n": 0, "exact_match": 0.0, "f1": 0.0, "mean_chars": 0.0, "share_over_40": 0.0}
+    return {
+        "n": n,
+        "exact_match": sum(map(exact_match, answers, references)) / n,
+        "f1": sum(map(token_f1, answers, references)) / n,
+        "mean_chars": sum(len(a) for a in answers) / n,
+        "share_over_40": sum(len(a) > OVER_CHARS for a in answers) / n,
+    }
+
+
+def plp_metrics(
+    references: Sequence[str], predictions: Sequence[object], similarity: Scorer | None = None
+) -> dict[str, Any]:
+    """PLP QA's metrics over raw predictions (extracted first): the mean similarity (the
+    reward's score, `similarity.similarity_scores` unless another scorer is given) and the
+    mean answer length in characters. 0 for no predictions."""
+    _same_length(references, predictions)
+    answers = [extract_answer(p) for p in predictions]
+    if not answers:
+        return {"n": 0, "similarity": 0.0, "mean_chars": 0.0}
+    scores = (similarity or _default_similarity)(answers, list(references))
+    n = len(answers)
+    return {"n": n, "similarity": sum(scores) / n, "mean_chars": sum(map(len, answers)) / n}
+
+
+def _default_similarity(answers: Sequence[str], references: Sequence[str]) -> list[float]:
+    from hargo_hpc.tasks.similarity import similarity_scores
+
+    return similarity_scores(answers, references)
+
+
+def _same_length(references: Sequence[Any], predictions: Sequence[Any]) -> None:
+    if len(references) != len(predictions):
+        raise ValueError(f"{len(references)} references but {len(predictions)} predictions")
+
+
+class _QATask(Task):
+    """A task whose reference is free text: examples keep any non-empty output."""
+
+    def from_record(self, record: Mapping[str, Any], index: int) -> Example | None:
+        output = str(record.get("output") or "").strip()
+        if not output:
+            return None
+        return Example(
+            task=self.name,
+            id=f"{self.name}:{index}",
+            instruction=str(record.get("instruction") or ""),
+            input=str(record.get("input") or ""),
+            output=output,
+        )
+
+    def extract(self, completion: str) -> str:
+        return extract_answer(completion)
+
+    def _similarity(self, answers: Sequence[str], references: Sequence[str]) -> list[float]:
+        from hargo_hpc.tasks.similarity import similarity_scores
+
+        return similarity_scores(answers, references, self.rewards.similarity_model)
+
+
+class MlperfQA(_QATask):
+    """MLPerf Training v3.0 results QA: short facts (median reference 46 characters)."""
+
+    name = "mlperf_qa"
+    files = ("task1_ml_perf.json",)
+    sample = "mlperf_qa.json"
+
+    def reward(self, examples: Sequence[Example], completions: Sequence[str]) -> list[float]:
+        """r = m(answer, reference) * brevity_factor(len(answer), len(reference), L, w), with m
+        the token F1, the exact match or the embedding similarity (`rewards.qa_metric`),
+        L = rewards.brevity_chars, w = rewards.brevity_weight. In [0, 1]."""
+        _same_length(examples, completions)
+        answers = [extract_answer(c) for c in completions]
+        references = [e.output for e in examples]
+        metric = self.rewards.qa_metric
+        if metric == "similarity":
+            scores = self._similarity(answers, references)
+        else:
+            score = exact_match if metric == "exact" else token_f1
+            scores = list(map(score, answers, references))
+        chars, weight = self.rewards.brevity_chars, self.rewards.brevity_weight
+        return [
+            s * brevity_factor(len(a), len(ref), chars, weight)
+            for s, a, ref in zip(scores, answers, references, strict=True)
+        ]
+
+    def answer_scores(self, examples: Sequence[Example], answers: Sequence[str]) -> list[float]:
+        """Token F1 of each answer against its reference (the auto WinRate judge's score)."""
+        _same_length(examples, answers)
+        return [token_f1(extract_answer(a), e.output)
+                for e, a in zip(examples, answers, strict=True)]
+
+    def metrics(self, examples: Sequence[Example], predictions: Sequence[str]) -> dict[str, Any]:
+        return mlperf_metrics([e.output for e in examples], predictions)
+
+
+class PlpQA(_QATask):
+    """Programming-language-processing QA: one-sentence answers (median 152 characters)."""
+
+    name = "plp_qa"
+    files = ("task1_plp.json",)
+    sample = "plp_qa.json"
+
+    def reward(self, examples: Sequence[Example], completions: Sequence[str]) -> list[float]:
+        """r = clamp(cos(e(answer), e(reference)), 0, 1) with e the sentence embedding
+        (`similarity.similarity_scores`); an empty answer gets 0."""
+        _same_length(examples, completions)
+        answers = [extract_answer(c) for c in completions]
+        return self._similarity(answers, [e.output for e in examples])
+
+    def answer_scores(self, examples: Sequence[Example], answers: Sequence[str]) -> list[float]:
+        """The reward's similarity of each answer (the auto WinRate judge's score)."""
+        return self.reward(examples, answers)
+
+    def metrics(self, examples: Sequence[Example], predictions: Sequence[str]) -> dict[str, Any]:
+        return plp_metrics([e.output for e in examples], predictions, self._similarity)
