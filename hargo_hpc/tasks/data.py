@@ -13,7 +13,8 @@
 Local files are read with `json`, not `datasets`: its JSON loader fills a missing key with
 None (a record without `output` looks like one with `"output": null`), reports bad JSON
 without a position, and caches a copy; here every error is one line naming the file and the
-record. Records are validated (`validate_records`), then each goes through
+record. Records are validated (`validate_records`: Alpaca records for the text tasks; for a
+remote task, GEMM, only objects, which its `from_record` validates), then each goes through
 `task.from_record(record, index)`; those that do not fit the task (None) are dropped and
 counted in one log line. See docs/data.md.
 """
@@ -55,16 +56,21 @@ class TaskSpecLike(Protocol):
     max_items: int | None
 
 
-def validate_records(raw: Any, source: str) -> list[dict[str, Any]]:
-    """The records of `raw` (parsed JSON), each a dict with string `instruction` and `output`
-    and `input` a string ('' when missing or null); DataError naming `source` and the record
-    index for anything else."""
+def validate_records(raw: Any, source: str, *, alpaca: bool = True) -> list[dict[str, Any]]:
+    """The records of `raw` (parsed JSON): a list of objects; with `alpaca` (the text tasks,
+    whose rewards compare with a reference answer) each has string `instruction` and `output`
+    and `input` a string ('' when missing or null). DataError naming `source` and the record
+    index for anything else. Without `alpaca` (a remote task: the bench rewards it, there is no
+    reference answer) the objects are passed on as they are, for the task's `from_record`."""
     if not isinstance(raw, list):
         raise DataError(f"{source}: expected a JSON list of records, got {_kind(raw)}")
     records = []
     for index, record in enumerate(raw):
         if not isinstance(record, dict):
             raise DataError(f"{source}: record {index} is not an object (got {_kind(record)})")
+        if not alpaca:
+            records.append(record)
+            continue
         for key in REQUIRED:
             if key not in record:
                 raise DataError(f"{source}: record {index} has no {key!r}")
@@ -80,9 +86,10 @@ def validate_records(raw: Any, source: str) -> list[dict[str, Any]]:
     return records
 
 
-def read_file(path: Path) -> list[dict[str, Any]]:
-    """The validated records of one JSON (a list) or JSONL (`.jsonl`: one object per
-    non-blank line; the record index counts records, the message names the line too) file."""
+def read_file(path: Path, *, alpaca: bool = True) -> list[dict[str, Any]]:
+    """The validated records (`validate_records`) of one JSON (a list) or JSONL (`.jsonl`: one
+    object per non-blank line; the record index counts records, the message names the line
+    too) file."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -97,25 +104,27 @@ def read_file(path: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError as err:
                 raise DataError(f"{path}: record {len(raw)} (line {number}) is not valid "
                                 f"JSON: {err.msg} (column {err.colno})") from None
-        return validate_records(raw, str(path))
+        return validate_records(raw, str(path), alpaca=alpaca)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: not valid JSON: {err.msg} (line {err.lineno} column "
                         f"{err.colno})") from None
-    return validate_records(raw, str(path))
+    return validate_records(raw, str(path), alpaca=alpaca)
 
 
 def read_records(task: Task, path: str = "") -> SourceRecords:
     """The validated records of `task` at `path` (the four forms of the module docstring),
-    before `from_record`: what `load_examples` and `hargo data stats` start from."""
+    before `from_record`: what `load_examples` and `hargo data stats` start from. Alpaca
+    records for the text tasks, any objects for a remote one (`validate_records`)."""
+    alpaca = not task.remote
     if path == "":
         if not task.sample:
             raise DataError(f"task {task.name!r} ships no sample; give its data path")
         file = SAMPLES / task.sample
         if not file.is_file():
             raise DataError(f"{file}: the shipped sample of task {task.name!r} is missing")
-        return SourceRecords(str(file), file.name, read_file(file))
+        return SourceRecords(str(file), file.name, read_file(file, alpaca=alpaca))
     local = Path(path)
     if path == HUB_ID and not local.exists():
         return _hub_records(task)
@@ -124,9 +133,9 @@ def read_records(task: Task, path: str = "") -> SourceRecords:
         if file is None:
             wanted = " or ".join(task.files) or "(the task has no published file)"
             raise DataError(f"{local}: no file of task {task.name!r} in it (looked for {wanted})")
-        return SourceRecords(str(file), file.name, read_file(file))
+        return SourceRecords(str(file), file.name, read_file(file, alpaca=alpaca))
     if local.is_file():
-        return SourceRecords(str(local), local.name, read_file(local))
+        return SourceRecords(str(local), local.name, read_file(local, alpaca=alpaca))
     raise DataError(f"{path}: no such file or directory (data of task {task.name!r})")
 
 
@@ -144,7 +153,7 @@ def _hub_records(task: Task) -> SourceRecords:
     except Exception as err:  # network, offline mode, a missing file: one line for the user
         raise DataError(f"{source}: cannot load from the Hugging Face hub: "
                         f"{_first_line(err)}") from None
-    return SourceRecords(source, source, validate_records(rows, source))
+    return SourceRecords(source, source, validate_records(rows, source, alpaca=not task.remote))
 
 
 def examples_of(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,17 @@ class AnyTaskDouble(YesNoTaskDouble):
     def from_record(self, record: Mapping[str, Any], index: int) -> Example | None:
         return Example(self.name, f"{self.name}:{index}", record["instruction"],
                        record["input"], record["output"])
+
+
+class RemoteTaskDouble(AnyTaskDouble):
+    """A test double of a remote task (like GEMM): its records are not Alpaca records, its
+    from_record reads them."""
+
+    name = "remote_double"
+    remote = True
+
+    def from_record(self, record: Mapping[str, Any], index: int) -> Example | None:
+        return Example(self.name, f"{self.name}:{record['name']}", f"size {record['n']}", "", "")
 
 
 def record(output: str, instruction: str = "Is there a race?", **extra: Any) -> dict[str, Any]:
@@ -237,3 +249,44 @@ def test_load_tasks_unknown_and_repeated(tmp_path: Path, doubles_registered: Non
         load_tasks([SpecDouble("no_such_task", str(tmp_path))])
     with pytest.raises(DataError, match="task 'yes_no_double' is listed twice"):
         load_tasks([SpecDouble("yes_no_double", str(tmp_path))] * 2)
+
+
+def test_the_real_data_race_task_on_the_shared_data(hpc_gpt: Path) -> None:
+    from hargo_hpc.config import TaskSpec
+    from hargo_hpc.tasks.registry import get_task
+    from hargo_hpc.tasks.split import split_examples
+
+    lines: list[str] = []
+    examples = load_examples(get_task("data_race_c"), str(hpc_gpt), log=lines.append)
+    # 1858 records, 21 of them answers that are not yes/no: 1837 kept (853 yes, 984 no)
+    assert len(examples) == 1837
+    assert lines == ["data_race_c: dropped 21 of 1858 records of task2_c_c++.json that do not "
+                     "fit the task"]
+    assert Counter(e.label for e in examples) == {"yes": 853, "no": 984}
+    assert examples[0].id == "data_race_c:0" and examples[0].label == "yes"
+    _, evaluation = split_examples(examples, 0.1, seed=0)
+    # per label: floor(85.3 + 0.5) = 85 yes, floor(98.4 + 0.5) = 98 no
+    assert Counter(e.label for e in evaluation) == {"yes": 85, "no": 98}
+    # the config's own TaskSpec through load_tasks
+    loaded = load_tasks([TaskSpec(name="data_race_c", path=str(hpc_gpt), max_items=100)],
+                        log=lines.append)
+    assert len(loaded["data_race_c"]) == 100
+
+
+def test_a_remote_task_reads_its_own_records(tmp_path: Path) -> None:
+    file = write(tmp_path / "problems.json", [{"name": "p1", "n": 8}, {"name": "p2", "n": 16}])
+    examples = load_examples(RemoteTaskDouble(), str(file))
+    assert [(e.id, e.instruction) for e in examples] == [("remote_double:p1", "size 8"),
+                                                         ("remote_double:p2", "size 16")]
+    write(file, [{"name": "p1", "n": 8}, 3])
+    with pytest.raises(DataError, match=r"problems\.json: record 1 is not an object"):
+        load_examples(RemoteTaskDouble(), str(file))
+
+
+def test_the_real_gemm_task_through_load_tasks() -> None:
+    from hargo_hpc.config import TaskSpec
+
+    # the config's default path '' = the shipped problem file (five problems, the paper's 256^3
+    # first)
+    loaded = load_tasks([TaskSpec(name="gemm")])
+    assert len(loaded["gemm"]) == 5 and loaded["gemm"][0].id == "gemm:dgemm-256"
