@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hargo_hpc.tasks.base import Example, Task
+from hargo_hpc.tasks.similarity import as_text, similarity_scores
 
 MAX_ANSWER_CHARS = 4096  # an extracted answer is cut to this many characters
 OVER_CHARS = 40  # the metric's length threshold: HARGO's "65.9 % of answers exceed 40 characters"
@@ -25,21 +26,6 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 
 Scorer = Callable[[Sequence[str], Sequence[str]], list[float]]  # (answers, references) -> scores
-
-
-def as_text(value: object) -> str:
-    """Any completion as a str every tokenizer accepts: bytes are decoded as UTF-8 with
-    replacement, None is '', anything else goes through str(); lone surrogates (which the
-    Rust tokenizers refuse) become '?'."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, bytes | bytearray):
-        text = bytes(value).decode("utf-8", "replace")
-    elif value is None:
-        text = ""
-    else:
-        text = str(value)
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def extract_answer(completion: object) -> str:
@@ -128,8 +114,6 @@ def plp_metrics(
 
 
 def _default_similarity(answers: Sequence[str], references: Sequence[str]) -> list[float]:
-    from hargo_hpc.tasks.similarity import similarity_scores
-
     return similarity_scores(answers, references)
 
 
@@ -157,8 +141,6 @@ class _QATask(Task):
         return extract_answer(completion)
 
     def _similarity(self, answers: Sequence[str], references: Sequence[str]) -> list[float]:
-        from hargo_hpc.tasks.similarity import similarity_scores
-
         return similarity_scores(answers, references, self.rewards.similarity_model)
 
 

