@@ -1,0 +1,221 @@
+"""Where this process sits in the job: rank, world size, local rank, the rendezvous address.
+
+Three sources, tried in this order by `detect`:
+
+1. **Standard variables** (`torchrun`, the `deepspeed` launcher, a user's own launcher):
+   `RANK` and `WORLD_SIZE` set; `LOCAL_RANK` (required when WORLD_SIZE > 1), `MASTER_ADDR`
+   and `MASTER_PORT` (both required when WORLD_SIZE > 1).
+2. **Slurm** (`srun`, or a submitit job): `SLURM_PROCID` and `SLURM_NTASKS` set and the
+   standard ones not. The values come from `submitit.helpers.TorchDistributedEnvironment`:
+   rank = SLURM_PROCID, world size = SLURM_NTASKS, local rank = SLURM_LOCALID, master address =
+   the first host of SLURM_JOB_NODELIST, master port = MASTER_PORT when set, else a port in
+   20000-60000 drawn from a generator seeded with the job id (so every task of the job draws the
+   same one without talking). submitit picks its Slurm reader only when SUBMITIT_EXECUTOR=slurm
+   (set by submitit's own sbatch file); under a plain `sbatch` + `srun` it is not set, so
+   `detect` sets it for the duration of the call and restores the environment after.
+   Inside an `sbatch` script *without* `srun` the batch step sees SLURM_NTASKS of the whole
+   allocation but is one process: launch the trainer with `srun` (one task per rank).
+3. **Nothing set**: one process, rank 0 of 1, on a free port of 127.0.0.1.
+
+`export` writes the standard variables (what `torch.distributed`'s `env://` rendezvous and
+DeepSpeed read); `init` creates the process group (the backend chosen by torch for the
+devices present: gloo for CPU tensors, NCCL for CUDA ones) unless one exists; `teardown`
+waits at a barrier before destroying it (without the barrier gloo intermittently fails with
+`Gloo connectFullMesh failed` when one rank leaves first).
+
+The gather helpers are how ranks agree: each rank rewards its own share of the completions, then
+`gather_floats` concatenates everyone's list in rank order, so every rank holds the same global
+list and computes the same group statistics and advantages. With one process they return the
+input unchanged and need no process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import torch.distributed as dist
+
+Source = Literal["env", "slurm", "single"]
+T = TypeVar("T")
+
+STANDARD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+class DistributedError(ValueError):
+    """The environment names an impossible or incomplete distributed setup (one line)."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    source: Source = "single"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def export(self, environ: dict[str, str] | None = None) -> None:
+        """Set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in `environ` (os.environ)."""
+        target = os.environ if environ is None else environ
+        target.update(
+            RANK=str(self.rank), WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK=str(self.local_rank), MASTER_ADDR=self.master_addr,
+            MASTER_PORT=str(self.master_port),
+        )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _int(environ: Mapping[str, str], name: str) -> int:
+    raw = environ[name]
+    try:
+        return int(raw)
+    except ValueError:
+        raise DistributedError(f"{name}={raw!r} is not an integer") from None
+
+
+def _from_standard(environ: Mapping[str, str]) -> DistEnv:
+    rank, world = _int(environ, "RANK"), _int(environ, "WORLD_SIZE")
+    if world < 1 or not 0 <= rank < world:
+        raise DistributedError(f"RANK={rank} with WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
+    if world > 1:
+        missing = [n for n in ("LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if not environ.get(n)]
+        if missing:
+            raise DistributedError(
+                f"RANK and WORLD_SIZE={world} are set but {', '.join(missing)} not"
+            )
+    local = _int(environ, "LOCAL_RANK") if environ.get("LOCAL_RANK") else 0
+    port = _int(environ, "MASTER_PORT") if environ.get("MASTER_PORT") else free_port()
+    addr = environ.get("MASTER_ADDR") or "127.0.0.1"
+    return DistEnv(rank, world, local, addr, port, "env")
+
+
+@contextlib.contextmanager
+def _submitit_sees_slurm() -> Iterator[None]:
+    """SUBMITIT_EXECUTOR=slurm for the duration (submitit's own jobs already have it)."""
+    before = os.environ.get("SUBMITIT_EXECUTOR")
+    os.environ["SUBMITIT_EXECUTOR"] = "slurm"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SUBMITIT_EXECUTOR", None)
+        else:
+            os.environ["SUBMITIT_EXECUTOR"] = before
+
+
+def _from_slurm() -> DistEnv:
+    from submitit.helpers import TorchDistributedEnvironment
+
+    with _submitit_sees_slurm():
+        try:
+            slurm = TorchDistributedEnvironment()
+        except (KeyError, ValueError, RuntimeError) as err:
+            raise DistributedError(f"cannot read the Slurm task environment: {err}") from None
+    return DistEnv(
+        int(slurm.rank), int(slurm.world_size), int(slurm.local_rank),
+        str(slurm.master_addr), int(slurm.master_port), "slurm",
+    )
+
+
+def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
+    """This process's place: standard variables, else Slurm's, else one process (module doc).
+
+    `environ` defaults to os.environ; the Slurm path always reads os.environ (submitit does).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("RANK") is not None and env.get("WORLD_SIZE") is not None:
+        return _from_standard(env)
+    if env.get("RANK") is not None or env.get("WORLD_SIZE") is not None:
+        raise DistributedError("set both RANK and WORLD_SIZE, or neither")
+    if env.get("SLURM_PROCID") is not None and env.get("SLURM_NTASKS") is not None:
+        return _from_slurm()
+    return DistEnv(0, 1, 0, "127.0.0.1", free_port(), "single")
+
+
+def init(env: DistEnv | None = None, *, backend: str | None = None) -> DistEnv:
+    """Export `env` (default: `detect()`) and create the default process group if none exists.
+
+    backend None lets torch pick per device type (gloo for CPU, NCCL for CUDA). DeepSpeed's
+    `initialize` later finds the group and uses it.
+    """
+    env = detect() if env is None else env
+    env.export()
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+    return env
+
+
+def teardown() -> None:
+    """Barrier, then destroy the process group (a no-op without one)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    """Rank 0 (or no process group): the one that writes metrics and talks to the handoff."""
+    return rank() == 0
+
+
+def barrier() -> None:
+    if _active():
+        dist.barrier()
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's `obj`, in rank order, on every rank (picklable objects)."""
+    if not _active():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def gather_floats(values: list[float]) -> list[float]:
+    """Concatenation of every rank's `values` in rank order, on every rank.
+
+    Ranks may contribute lists of different lengths (e.g. after dropped records).
+    """
+    return [float(v) for part in gather_objects([float(v) for v in values]) for v in part]
+
+
+def sum_across_ranks(value: float) -> float:
+    """Σ_r value_r on every rank (e.g. the global token count of a batch, for the loss
+    denominators), added in rank order so every rank gets the same float."""
+    return float(sum(float(v) for v in gather_objects(float(value))))
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Rank `src`'s `obj` on every rank."""
+    if not _active():
+        return obj
+    box: list[Any] = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
