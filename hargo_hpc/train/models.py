@@ -24,6 +24,7 @@ back on the host in eval mode, in `dtype`; the engine places them on the acceler
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import importlib.metadata
@@ -234,16 +235,30 @@ def _load_gguf_raw(gguf: Path, dtype: torch.dtype) -> tuple[Any, Any]:
 
 def _plain_copy(model: Any) -> Any:
     """The same weights in a model built from the config without `quantization_config`, which
-    saves, trains and wraps like any other."""
+    saves, trains and wraps like any other. Built without random initialisation; the weights are
+    taken over (`load_state_dict(strict, assign)`: the same storage, no second copy)."""
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
-    plain.load_state_dict(model.state_dict())
+    with _no_init_weights():
+        plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict(), assign=True)  # shares storage: no second copy
     plain.generation_config = copy.deepcopy(model.generation_config)
     return plain.eval()
+
+
+def _no_init_weights() -> contextlib.AbstractContextManager[Any]:
+    """transformers' switch that skips weight initialisation (its module moved in v5)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        try:
+            from transformers.modeling_utils import no_init_weights
+        except ImportError:
+            return contextlib.nullcontext()
+    return no_init_weights()
 
 
 def _load_gguf(gguf: Path, dtype: torch.dtype) -> tuple[Any, Any]:

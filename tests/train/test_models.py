@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import gguf
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig
@@ -303,6 +305,78 @@ def test_export_merges_lora(cache: Path, tmp_path: Path) -> None:
     torch.testing.assert_close(logits(reloaded, ids), adapted, atol=1e-5, rtol=1e-5)
     assert hasattr(policy, "peft_config")  # the training model keeps its adapters
     assert torch.equal(logits(policy, ids), adapted)
+
+
+def permute_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """HF's rotary layout (two halves per head) to llama.cpp's (interleaved pairs): the inverse
+    of what transformers undoes when it reads attn_q / attn_k from a llama GGUF."""
+    rows, cols = weight.shape
+    return weight.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def write_gguf(model: Any, tok: Any, path: Path) -> None:
+    """The model as an F32 llama GGUF with its BPE tokenizer (llama.cpp's tensor names), without
+    a padding token id."""
+    c = model.config
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(c.num_hidden_layers)
+    writer.add_context_length(c.max_position_embeddings)
+    writer.add_embedding_length(c.hidden_size)
+    writer.add_feed_forward_length(c.intermediate_size)
+    writer.add_head_count(c.num_attention_heads)
+    writer.add_head_count_kv(c.num_key_value_heads)
+    writer.add_rope_freq_base(float(c.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(c.rms_norm_eps)
+    writer.add_vocab_size(c.vocab_size)
+    writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    writer.add_tokenizer_model("gpt2")
+    vocab = tok.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in tok.all_special_tokens else 1 for t in tokens])
+    merges = json.loads(tok.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    writer.add_bos_token_id(tok.bos_token_id)
+    writer.add_eos_token_id(tok.eos_token_id)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(tok.chat_template)
+    weights = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    writer.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"])
+    writer.add_tensor("output_norm.weight", weights["model.norm.weight"])
+    writer.add_tensor("output.weight", weights["lm_head.weight"])
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    for i in range(c.num_hidden_layers):
+        for ours, theirs in names.items():
+            weight = weights[f"model.layers.{i}.{ours}.weight"]
+            if theirs in ("attn_q", "attn_k"):
+                heads = c.num_attention_heads if theirs == "attn_q" else c.num_key_value_heads
+                weight = permute_rows(weight, heads)
+            writer.add_tensor(f"blk.{i}.{theirs}.weight", np.ascontiguousarray(weight))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_a_gguf_file_loads_as_a_plain_model(cache: Path, tmp_path: Path) -> None:
+    model, tok = load_policy("tiny", cache_dir=cache)
+    perturb(model, 4)
+    write_gguf(model, tok, tmp_path / "tiny.gguf")
+    loaded, loaded_tok = load_policy(str(tmp_path / "tiny.gguf"))
+    assert getattr(loaded, "hf_quantizer", None) is None
+    assert "quantization_config" not in loaded.config.to_dict()
+    assert loaded_tok(C_CODE).input_ids == tok(C_CODE).input_ids
+    # the GGUF names no padding token: eos pads
+    assert loaded_tok.pad_token_id == tok.eos_token_id and loaded_tok.padding_side == "left"
+    assert loaded.generation_config.pad_token_id == tok.eos_token_id
+    ids = torch.tensor([tok(C_CODE).input_ids])
+    assert torch.equal(logits(loaded, ids), logits(model, ids))
+    out = export_hf(loaded, loaded_tok, tmp_path / "from-gguf")  # save_pretrained works on it
+    reloaded = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert torch.equal(logits(reloaded, ids), logits(model, ids))
 
 
 @pytest.mark.slow
