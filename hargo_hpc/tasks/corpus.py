@@ -1,13 +1,13 @@
 """The GEMM SFT corpus: correct DGEMM kernels written for this project, and the (prompt,
 completion) pairs of the SFT warm start built from them.
 
-The kernels live in `hargo_hpc/tasks/gemm_corpus/*.c` (not `corpus/`: a directory beside this
-module of the same name would shadow it for tools that walk the package). Each starts with a one-line comment that
-describes it and ends ``Techniques: a, b.`` (names from `bench.techniques.TECHNIQUES`, or
-``none``); the techniques declared there are exactly what `bench.techniques.detect_techniques`
-finds in the code (tests/tasks/test_corpus.py checks it, and that every kernel is `ok` under
-the real bench at several sizes). A small instruct model writes no compilable kernel without
-such a warm start.
+The kernels live in `hargo_hpc/tasks/gemm_corpus/*.c` (not `corpus/`: a directory of this
+module's name beside it confuses tools that walk the package). Each starts with a one-line
+comment that describes it and ends ``Techniques: a, b.`` (names from
+`bench.techniques.TECHNIQUES`, or ``none``); the techniques declared there are exactly what
+`bench.techniques.detect_techniques` finds in the code (tests/tasks/test_corpus.py checks it,
+and that every kernel is `ok` under the real bench at two shapes). A small instruct model
+writes no compilable kernel without such a warm start.
 """
 
 from __future__ import annotations

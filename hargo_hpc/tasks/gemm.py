@@ -8,7 +8,7 @@ docs/bench.md), the problem's sizes and, for an SQD stage, the permitted and for
 techniques (`prompt_for`). The reward is remote: `request` builds the handoff request,
 `reward_from_record` reads the bench's record back, `metrics` summarises records.
 
-Light: only the bench's text-level modules (extract, techniques, status) are imported.
+Light: only the bench's text-level modules (extract, techniques, validate, status) are imported.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 from hargo_hpc.bench.extract import extract_code
 from hargo_hpc.bench.status import STATUSES, UNSCORED
 from hargo_hpc.bench.techniques import TECHNIQUES, normalise_forbidden
+from hargo_hpc.bench.validate import SIGNATURE
 from hargo_hpc.tasks.base import DataError, Example, Task
 
-SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
 MAX_SIZE = 1 << 14  # the bench's bound on each dimension (bench.runner.Problem.from_dict)
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FIELDS = ("name", "M", "N", "K", "description")
@@ -44,8 +44,9 @@ CONTRACT = (
     "- A is M x K, B is K x N, C is M x N, all row-major: A[i*K + k], B[k*N + j], C[i*N + j].\n"
     "- Overwrite every element of C (its contents on entry are garbage); do not modify A or B.\n"
     "- It must be correct for any M, N, K >= 1: it is also checked at other sizes.\n"
-    "- Plain C for gcc -O3 -march=native -fopenmp. No main, no BLAS or other libraries; only "
-    "standard headers such as <stdlib.h>, <string.h>, <math.h>, <omp.h>, <immintrin.h>."
+    "- Plain C, built with gcc -O3 -march=native -fopenmp. No main, no BLAS or other "
+    "libraries; only standard headers such as <stdlib.h>, <string.h>, <math.h>, <omp.h>, "
+    "<immintrin.h>."
 )
 
 
@@ -211,7 +212,7 @@ class Gemm(Task):
 
     def metrics(
         self, examples: Sequence[Example], predictions: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:  # type: ignore[override]
+    ) -> dict[str, Any]:
         """Metrics over bench result records (not text: GEMM's predictions are the records the
         bench returned for the completions, one per example, in order).
 
@@ -237,7 +238,8 @@ class Gemm(Task):
                 raise DataError(f"gemm metrics: record {index}: expected a bench record with a "
                                 f"status in {', '.join(STATUSES)}, got {status!r}")  # fmt: skip
             statuses[status] += 1
-            used = set(record.get("techniques") or ())
+            listed = record.get("techniques")
+            used = set(listed) if isinstance(listed, list | tuple) else set()
             for t in TECHNIQUES:
                 techniques[t] += t in used
                 techniques_ok[t] += status == "ok" and t in used
@@ -249,7 +251,8 @@ class Gemm(Task):
             if record.get("suspicious"):
                 suspicious += 1
                 continue
-            median = (record.get("gflops") or {}).get("median")
+            speeds = record.get("gflops")
+            median = speeds.get("median") if isinstance(speeds, Mapping) else None
             if _number(median):
                 gflops.append(float(median))
             if _number(record.get("ratio")):

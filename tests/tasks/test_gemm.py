@@ -234,6 +234,15 @@ def test_metrics_leave_suspicious_runs_out_of_the_speeds() -> None:
     assert m["reward_mean"] == pytest.approx(25.0)  # (50 + 0) / 2
 
 
+def test_metrics_skip_fields_a_record_lacks() -> None:
+    bare = {"request_id": "g", "status": "ok", "reward": 1.0, "gflops": None, "ratio": None,
+            "techniques": "openmp"}  # fmt: skip
+    m = Gemm().metrics(Gemm.load_problems()[:1], [bare])
+    assert (m["ok_share"], m["gflops_mean"], m["ratio_mean"], m["reward_mean"]) == (
+        1.0, None, None, 1.0)
+    assert m["techniques"] == dict.fromkeys(TECHNIQUES, 0)  # not a list: nothing counted
+
+
 def test_metrics_of_nothing_scored_and_bad_records() -> None:
     examples = Gemm.load_problems()[:1]
     m = Gemm().metrics(examples, [RECORDS[3]])
