@@ -1,0 +1,155 @@
+"""Token log-probabilities (and entropies) of completion tokens under a causal LM.
+
+A row of `input_ids` is a left-padded prompt followed by a right-padded completion:
+
+    position  0 … P−1        P … P+T−1
+    token     [pad… prompt]  [completion… pad]
+
+`completion_start` is P, the same for every row. A causal LM's logits at position t score the
+token at position t+1, so the log-probability of completion token j (position P+j) is read from
+the logits at position P+j−1:
+
+    logp[b, j] = log_softmax(z[b, P+j−1] / τ)[input_ids[b, P+j]],   j = 0 … T−1
+
+and the entropy of the distribution that sampled it is
+
+    H[b, j] = logsumexp(z') − Σ_v softmax(z')_v · z'_v,   z' = z[b, P+j−1] / τ.
+
+τ is the sampling temperature: dividing the logits by it gives the distribution the tokens were
+actually drawn from (top-p truncation is not modelled, as in verl and TRL). Positions where
+`attention_mask` is 0 (padding after a completion's end) come back as 0.
+
+Position ids are counted from the attention mask (the first real token is position 0), as
+`generate` does, so a row's log-probs do not depend on how much left padding its batch needed.
+The batch is run in micro-batches of `micro_batch` rows; the result equals one full-batch pass
+up to float rounding. Old-policy and reference log-probs run under `torch.no_grad()`
+(`grad=False`, the default); the update passes `grad=True`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import Tensor, nn
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Position of each token among the real tokens of its row: cumsum(mask) − 1, and 0 on the
+    left padding (whose value does not matter: nothing attends to it)."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_start: int,
+    micro_batch: int,
+    *,
+    temperature: float = 1.0,
+    grad: bool = False,
+) -> Tensor:
+    """[B, T] log-probabilities of the completion tokens `input_ids[:, completion_start:]`
+    (formula in the module docstring); 0 where `attention_mask` is 0."""
+    logprobs, _ = _run(model, input_ids, attention_mask, completion_start, micro_batch,
+                       temperature=temperature, grad=grad, entropy=False)
+    return logprobs
+
+
+def token_logprobs_and_entropy(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_start: int,
+    micro_batch: int,
+    *,
+    temperature: float = 1.0,
+    grad: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """([B, T] log-probabilities, [B, T] entropies) of the completion positions; both 0 where
+    `attention_mask` is 0."""
+    logprobs, entropy = _run(model, input_ids, attention_mask, completion_start, micro_batch,
+                             temperature=temperature, grad=grad, entropy=True)
+    assert entropy is not None
+    return logprobs, entropy
+
+
+def _check(input_ids: Tensor, attention_mask: Tensor, completion_start: int, micro_batch: int,
+           temperature: float) -> None:
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
+    if input_ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"input_ids must hold integer token ids, got {input_ids.dtype}")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} differs from "
+                         f"input_ids shape {tuple(input_ids.shape)}")
+    length = input_ids.shape[1]
+    if not 0 < completion_start < length:
+        raise ValueError(f"completion_start must be in 1..{length - 1} (at least one prompt and "
+                         f"one completion position), got {completion_start}")
+    if micro_batch < 1:
+        raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+
+def _run(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_start: int,
+    micro_batch: int,
+    *,
+    temperature: float,
+    grad: bool,
+    entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    _check(input_ids, attention_mask, completion_start, micro_batch, temperature)
+    logprob_parts: list[Tensor] = []
+    entropy_parts: list[Tensor] = []
+    context = contextlib.nullcontext() if grad else torch.no_grad()
+    with context:
+        for lo in range(0, input_ids.shape[0], micro_batch):
+            lp, ent = _chunk(model, input_ids[lo:lo + micro_batch],
+                             attention_mask[lo:lo + micro_batch], completion_start,
+                             temperature=temperature, entropy=entropy)
+            logprob_parts.append(lp)
+            if ent is not None:
+                entropy_parts.append(ent)
+    return (torch.cat(logprob_parts), torch.cat(entropy_parts) if entropy else None)
+
+
+def _chunk(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_start: int,
+    *,
+    temperature: float,
+    entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """One forward pass; logits are kept only for positions P−1 … L−2 (`logits_to_keep`)."""
+    completion_length = input_ids.shape[1] - completion_start
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        logits_to_keep=completion_length + 1,
+    )
+    # The last T+1 positions are P−1 … L−1; the logits at L−1 score a token past the end.
+    logits = out.logits[:, -(completion_length + 1):-1, :].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, completion_start:].long()
+    log_norm = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
+    keep = attention_mask[:, completion_start:].bool()
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    logprobs = torch.where(keep, logprobs, zero)
+    if not entropy:
+        return logprobs, None
+    probs = torch.softmax(logits, dim=-1)
+    ent = log_norm - (probs * logits).sum(dim=-1)
+    return logprobs, torch.where(keep, ent, zero)

@@ -1,0 +1,418 @@
+"""Rollout: G sampled completions per prompt, their masks, and their token log-probs.
+
+The loop calls only `GenerationBackend.generate` (the HF `generate` backend here; a vLLM backend
+implements the same method) and `score_rollout`. Layout of a batch of N = len(prompts) · G rows,
+the G completions of prompt p in rows p·G … p·G+G−1 (`group_index` = p):
+
+    prompt_ids  [N, P]  left padded with pad   prompt_mask      1 on prompt tokens
+    completion_ids [N, T] right padded with pad completion_mask  1 on generated tokens up to and
+                                                including the first EOS, or the token that completes
+                                                the first stop string, or the last token
+
+`truncated[i]` is True when row i ran to `max_new_tokens` with neither EOS nor a stop string.
+`texts[i]` is the decoded completion (special tokens skipped) without the EOS, cut before the
+stop string that ended it (the stop string itself is removed, as vLLM and OpenAI do; its tokens
+stay in the mask: the policy generated them). T is the longest masked completion of the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from hargo_hpc.train.logprobs import token_logprobs
+
+GatherFactory = Callable[[], AbstractContextManager[Any]]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How completions are sampled. `seed` None draws from the global torch RNG (whose state the
+    checkpoint saves); an int makes the call deterministic and leaves the global RNG untouched.
+    `do_sample` False is greedy decoding (temperature and top_p then only matter for scoring)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    do_sample: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be a sequence of non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+
+@dataclass
+class Generations:
+    """A rollout before scoring: what a backend returns (fields in the module docstring)."""
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    truncated: Tensor
+    texts: list[str]
+    group_index: Tensor
+
+    def __post_init__(self) -> None:
+        n, p = self.prompt_ids.shape
+        if self.prompt_mask.shape != (n, p):
+            raise ValueError(f"prompt_mask shape {tuple(self.prompt_mask.shape)} != {(n, p)}")
+        if self.completion_ids.dim() != 2 or self.completion_ids.shape[0] != n:
+            raise ValueError(f"completion_ids shape {tuple(self.completion_ids.shape)} does not "
+                             f"have {n} rows")
+        if self.completion_mask.shape != self.completion_ids.shape:
+            raise ValueError(f"completion_mask shape {tuple(self.completion_mask.shape)} != "
+                             f"completion_ids shape {tuple(self.completion_ids.shape)}")
+        for name in ("truncated", "group_index"):
+            if tuple(getattr(self, name).shape) != (n,):
+                raise ValueError(f"{name} must have shape ({n},)")
+        if len(self.texts) != n:
+            raise ValueError(f"texts has {len(self.texts)} entries, expected {n}")
+
+    @property
+    def input_ids(self) -> Tensor:
+        """[N, P+T] prompt and completion, the input of a scoring forward pass."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    @property
+    def completion_start(self) -> int:
+        return self.prompt_ids.shape[1]
+
+    @property
+    def completion_lengths(self) -> Tensor:
+        return self.completion_mask.sum(dim=1)
+
+    def with_logprobs(self, old_logprobs: Tensor, ref_logprobs: Tensor | None = None
+                      ) -> RolloutBatch:
+        fields = {name: getattr(self, name) for name in Generations.__dataclass_fields__}
+        return RolloutBatch(**fields, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
+
+
+@dataclass(kw_only=True)
+class RolloutBatch(Generations):
+    """A scored rollout: `old_logprobs` [N, T] of the sampling policy and `ref_logprobs` [N, T] of
+    the reference (None when the algorithm needs none), both 0 where `completion_mask` is 0."""
+
+    old_logprobs: Tensor
+    ref_logprobs: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("old_logprobs", "ref_logprobs"):
+            value = getattr(self, name)
+            if value is not None and value.shape != self.completion_ids.shape:
+                raise ValueError(f"{name} shape {tuple(value.shape)} != completion shape "
+                                 f"{tuple(self.completion_ids.shape)}")
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What the loop needs from an inference engine."""
+
+    def generate(self, prompts: list[str], G: int, params: SamplingParams) -> Generations:
+        """G completions of each prompt, rows grouped by prompt (module docstring)."""
+        ...
+
+
+def score_rollout(
+    generations: Generations,
+    policy: nn.Module,
+    reference: nn.Module | None,
+    *,
+    micro_batch: int,
+    temperature: float,
+) -> RolloutBatch:
+    """Old-policy and (when given) reference log-probs of the completions, without gradient, in
+    micro-batches, with the logits divided by the sampling temperature."""
+    args = (generations.input_ids, generations.attention_mask, generations.completion_start,
+            micro_batch)
+    old = token_logprobs(policy, *args, temperature=temperature)
+    ref = None if reference is None else token_logprobs(reference, *args, temperature=temperature)
+    return generations.with_logprobs(old, ref)
+
+
+# ---------------------------------------------------------------- ends of completions
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Where one completion ends: `length` tokens kept (the mask), its text, and whether it ran
+    out of tokens."""
+
+    length: int
+    text: str
+    truncated: bool
+
+
+def finish_completion(tokens: Sequence[int], eos_ids: frozenset[int], stop: Sequence[str],
+                      decode: Callable[[Sequence[int]], str]) -> Finished:
+    """The end of one generated token sequence (backend-independent).
+
+    The body is the tokens before the first EOS. If its text contains a stop string, the
+    completion ends at the smallest k whose prefix body[:k+1] decodes to a text containing one
+    (found by bisection: containment only grows with the prefix), and the text is that prefix's
+    text cut before the earliest stop string in it. Otherwise it ends after the EOS (kept in
+    the mask), or, without one, after the last token (truncated)."""
+    eos_at = next((i for i, t in enumerate(tokens) if t in eos_ids), None)
+    body = list(tokens[:eos_at]) if eos_at is not None else list(tokens)
+    text = decode(body)
+    if stop and _has_stop(text, stop):
+        lo, hi = 0, len(body) - 1  # invariant: body[:hi+1] contains a stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _has_stop(decode(body[:mid + 1]), stop):
+                hi = mid
+            else:
+                lo = mid + 1
+        prefix = decode(body[:hi + 1])
+        cut = min(prefix.find(s) for s in stop if s in prefix)
+        return Finished(length=hi + 1, text=prefix[:cut], truncated=False)
+    if eos_at is not None:
+        return Finished(length=eos_at + 1, text=text, truncated=False)
+    return Finished(length=len(body), text=text, truncated=True)
+
+
+def _has_stop(text: str, stop: Sequence[str]) -> bool:
+    return any(s in text for s in stop)
+
+
+def finish_completions(completion_ids: Tensor, eos_ids: frozenset[int], pad_id: int,
+                       stop: Sequence[str], decode: Callable[[Sequence[int]], str]
+                       ) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+    """(completion_ids, completion_mask, truncated, texts) of raw generated rows [N, T']: tokens
+    after each end become pad, and T shrinks to the longest kept completion."""
+    rows = completion_ids.tolist()
+    ends = [finish_completion(row, eos_ids, stop, decode) for row in rows]
+    width = max(1, max(end.length for end in ends))
+    lengths = torch.tensor([end.length for end in ends], device=completion_ids.device)
+    positions = torch.arange(width, device=completion_ids.device)
+    mask = (positions.unsqueeze(0) < lengths.unsqueeze(1)).long()
+    ids = torch.where(mask.bool(), completion_ids[:, :width], torch.full_like(mask, pad_id))
+    truncated = torch.tensor([end.truncated for end in ends], device=completion_ids.device)
+    return ids, mask, truncated, [end.text for end in ends]
+
+
+# ---------------------------------------------------------------- the HF generate backend
+
+
+class HFGenerateBackend:
+    """Sampling with `model.generate` (transformers).
+
+    Prompts are tokenized as given (`add_special_tokens=False` by default: prompts arrive fully
+    templated, and a chat template writes its own BOS), left padded by hand, and each repeated
+    G times (`repeat_interleave`, the layout `num_return_sequences` would give) so the rows are
+    grouped by prompt. The sampling distribution is exactly softmax(z/τ) restricted to the top-p
+    nucleus: the model's own `generation_config` (top_k, repetition penalty, …) is set aside
+    for the call. A tokenizer without a pad token pads with EOS (pad == EOS is fine: the masks
+    come from the first EOS). `gather`, when given, is entered once around each call (ZeRO-3:
+    the engine helper passes a factory of `deepspeed.zero.GatheredParameters` over the model's
+    parameters). `synced_gpus` is passed to `generate` as is (None: transformers decides; the
+    engine helper may pass False when the gathered model runs without ZeRO hooks).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        gather: GatherFactory | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        add_special_tokens: bool = False,
+        synced_gpus: bool | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.gather = gather
+        self.add_special_tokens = add_special_tokens
+        self.synced_gpus = synced_gpus
+        self.eos_ids = frozenset(eos_token_ids if eos_token_ids is not None
+                                 else _eos_ids(model, tokenizer))
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError("the tokenizer has neither a pad nor an EOS token")
+            pad = tokenizer.eos_token_id
+        self.pad_id: int = int(pad)
+
+    # ------------------------------------------------------------ the interface
+
+    def generate(self, prompts: list[str], G: int, params: SamplingParams) -> Generations:
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            raise ValueError("prompts must be a non-empty list of strings")
+        if G < 1:
+            raise ValueError(f"G (completions per prompt) must be >= 1, got {G}")
+        device = _device_of(self.model)
+        prompt_ids, prompt_mask = self._encode(prompts, device, params.max_new_tokens)
+        prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
+        with self._gathered(), _seeded(params.seed, device), _eval_mode(self.model):
+            raw = self._sample(prompt_ids, prompt_mask, params)
+        completion_ids, completion_mask, truncated, texts = finish_completions(
+            raw[:, prompt_ids.shape[1]:], self.eos_ids, self.pad_id, params.stop, self._decode)
+        group_index = torch.arange(len(prompts), device=device).repeat_interleave(G)
+        return Generations(prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                           completion_ids=completion_ids, completion_mask=completion_mask,
+                           truncated=truncated, texts=texts, group_index=group_index)
+
+    # ------------------------------------------------------------ pieces
+
+    def _decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def _encode(self, prompts: list[str], device: torch.device, max_new_tokens: int
+                ) -> tuple[Tensor, Tensor]:
+        """Left-padded [n, P] ids and mask."""
+        encoded = self.tokenizer(prompts, add_special_tokens=self.add_special_tokens)["input_ids"]
+        for i, ids in enumerate(encoded):
+            if not ids:
+                raise ValueError(f"prompt {i} is empty after tokenization")
+        width = max(len(ids) for ids in encoded)
+        limit = getattr(_config_of(self.model), "max_position_embeddings", None)
+        if limit is not None and width + max_new_tokens > limit:
+            raise ValueError(f"a prompt of {width} tokens plus max_new_tokens {max_new_tokens} "
+                             f"exceeds the model's max_position_embeddings {limit}")
+        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for i, row in enumerate(encoded):
+            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row):] = 1
+        return ids.to(device), mask.to(device)
+
+    def _sample(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams) -> Tensor:
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
+             "top_k": 0} if params.do_sample else {"do_sample": False})
+        config = GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=sorted(self.eos_ids) or None,
+            pad_token_id=self.pad_id,
+            use_cache=True,
+            **sampling,
+        )
+        criteria = StoppingCriteriaList(
+            [_StopStrings(params.stop, prompt_ids.shape[1], self.eos_ids, self._decode)]
+            if params.stop else [])
+        extra = {} if self.synced_gpus is None else {"synced_gpus": self.synced_gpus}
+        with _plain_generation_config(self.model):
+            return self.model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
+                                       generation_config=config, stopping_criteria=criteria,
+                                       **extra)
+
+    def _gathered(self) -> AbstractContextManager[Any]:
+        return self.gather() if self.gather is not None else contextlib.nullcontext()
+
+
+class _StopStrings(StoppingCriteria):
+    """Ends a row early once its recent tokens decode to a text holding a stop string. Only an
+    early exit: `finish_completion` decides where the completion ends. The window (the last
+    max-bytes-of-a-stop-string + 2 tokens) covers every token of a stop string that just
+    completed, each token being at least one byte."""
+
+    def __init__(self, stop: Sequence[str], prompt_length: int, eos_ids: frozenset[int],
+                 decode: Callable[[Sequence[int]], str]) -> None:
+        self.stop = tuple(stop)
+        self.prompt_length = prompt_length
+        self.eos_ids = eos_ids
+        self.decode = decode
+        self.window = max(len(s.encode()) for s in stop) + 2
+
+    def __call__(self, input_ids: Tensor, scores: Tensor | None, **kwargs: Any) -> Tensor:
+        done = []
+        for row in input_ids[:, self.prompt_length:].tolist():
+            tail = row[-self.window:]
+            done.append(_has_stop(self.decode([t for t in tail if t not in self.eos_ids]),
+                                  self.stop))
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def _eos_ids(model: nn.Module, tokenizer: Any) -> list[int]:
+    """EOS ids of the tokenizer and of the model's generation config (some list several)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    generation_config = getattr(_hf_model(model), "generation_config", None)
+    configured = getattr(generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured is not None:
+        ids.update(int(i) for i in configured)
+    return sorted(ids)
+
+
+def _hf_model(model: nn.Module) -> nn.Module:
+    """The transformers model under a PEFT wrapper (whose generate delegates to it)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def _config_of(model: nn.Module) -> Any:
+    return getattr(_hf_model(model), "config", None)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    """The device of the model's parameters (under ZeRO-3 the partitions live there too)."""
+    for parameter in model.parameters():
+        return parameter.device
+    raise ValueError("the model has no parameters")
+
+
+@contextlib.contextmanager
+def _plain_generation_config(model: nn.Module) -> Iterator[None]:
+    """Set the model's generation_config aside for one call: `generate` fills every field left
+    unset in the passed config from it (a checkpoint's top_k, repetition_penalty, …), which
+    would sample from another distribution than the one the log-probs describe."""
+    target = _hf_model(model)
+    saved = getattr(target, "generation_config", None)
+    target.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        target.generation_config = saved
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """A seed for this call only: fork the CPU (and the device's) RNG, seed, restore after."""
+    if seed is None:
+        yield
+        return
+    if device.type == "cpu":
+        devices: list[int] = []
+    else:
+        index = device.index
+        devices = [torch.get_device_module(device.type).current_device() if index is None
+                   else index]
+    with torch.random.fork_rng(devices=devices, device_type=device.type):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Dropout off while sampling; the training mode comes back after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

@@ -1,0 +1,360 @@
+"""Rollout: the batch layout, EOS / stop-string / truncation masks, seeds, the gather context,
+the model's generation_config set aside, the backend interface, and scoring.
+
+Uses this suite's own tiny model (`build_own_tiny_lm` in test_logprobs.py). Its random weights
+almost never pick EOS (1 token in 300), so an "EOS-prone" copy adds a bias to the EOS logit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Sequence
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from hargo_hpc.train.logprobs import token_logprobs
+from hargo_hpc.train.rollout import (
+    GenerationBackend,
+    Generations,
+    HFGenerateBackend,
+    RolloutBatch,
+    SamplingParams,
+    finish_completion,
+    finish_completions,
+    score_rollout,
+)
+
+from .test_logprobs import build_own_tiny_lm
+
+PROMPTS = ["Does this loop have a data race?", "void gemm(int n, const float *a"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    return build_own_tiny_lm(tmp_path_factory.mktemp("own-tiny-lm-rollout"))
+
+
+@pytest.fixture(scope="module")
+def eos_prone(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> LlamaForCausalLM:
+    """The tiny model with +6 on the EOS logit (p(EOS) ≈ 0.4 per step)."""
+    model = copy.deepcopy(tiny[0])
+    head = nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[tiny[1].eos_token_id] = 6.0
+    model.lm_head = head
+    return model
+
+
+def params(**kwargs: object) -> SamplingParams:
+    return SamplingParams(**{"max_new_tokens": 12, "seed": 0, **kwargs})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- finish_completion by hand
+
+PIECES = {0: "<eos>", 1: "he", 2: "llo", 3: "\n", 4: "\n\nfoo", 5: "wor", 6: "ld", 7: "###"}
+
+
+def decode(tokens: Sequence[int]) -> str:
+    return "".join(PIECES[t] for t in tokens if t != 0)  # 0 is special: skipped
+
+
+EOS = frozenset({0})
+
+
+def test_finish_at_eos_keeps_the_eos_in_the_mask() -> None:
+    end = finish_completion([1, 2, 0, 0, 0], EOS, (), decode)
+    assert (end.length, end.text, end.truncated) == (3, "hello", False)
+
+
+def test_finish_without_eos_is_truncated() -> None:
+    end = finish_completion([1, 2, 5, 6], EOS, (), decode)
+    assert (end.length, end.text, end.truncated) == (4, "helloworld", True)
+
+
+def test_stop_string_spanning_two_tokens() -> None:
+    # "hello\n" + "\n" completes "\n\n" at the 4th token; the text drops the stop string
+    end = finish_completion([1, 2, 3, 3, 5, 6], EOS, ("\n\n",), decode)
+    assert (end.length, end.text, end.truncated) == (4, "hello", False)
+
+
+def test_stop_string_inside_a_token_drops_what_follows_it() -> None:
+    end = finish_completion([1, 2, 4, 5], EOS, ("\n\n",), decode)
+    assert (end.length, end.text, end.truncated) == (3, "hello", False)
+
+
+def test_the_first_completed_stop_string_wins() -> None:
+    # "world" completes at token 5 (index 4), "###" at token 6: cut after "world"'s token
+    end = finish_completion([1, 2, 5, 6, 7], EOS, ("###", "ld"), decode)
+    assert (end.length, end.text) == (4, "hellowor")
+    # a stop string after the EOS does not count
+    end = finish_completion([1, 0, 7], EOS, ("###",), decode)
+    assert (end.length, end.text, end.truncated) == (2, "he", False)
+
+
+def test_finish_completions_pads_after_the_end_and_trims() -> None:
+    raw = torch.tensor([[1, 0, 0, 0, 0], [1, 2, 3, 3, 5], [1, 2, 0, 0, 0]])
+    ids, mask, truncated, texts = finish_completions(raw, EOS, 0, ("\n\n",), decode)
+    assert ids.tolist() == [[1, 0, 0, 0], [1, 2, 3, 3], [1, 2, 0, 0]]
+    assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0]]
+    assert truncated.tolist() == [False, False, False]
+    assert texts == ["he", "hello", "hello"]
+
+
+# ---------------------------------------------------------------- the HF backend
+
+
+def test_batch_layout(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    model, tok = tiny
+    gen = HFGenerateBackend(model, tok).generate(PROMPTS, 3, params(max_new_tokens=8))
+    n = len(PROMPTS) * 3
+    assert gen.prompt_ids.shape[0] == gen.completion_ids.shape[0] == n
+    assert gen.group_index.tolist() == [0, 0, 0, 1, 1, 1]
+    for i in range(n):
+        p = PROMPTS[i // 3]
+        row_mask = gen.prompt_mask[i].bool()
+        assert tok.decode(gen.prompt_ids[i][row_mask]) == p
+        length = int(row_mask.sum())
+        assert row_mask.tolist() == [False] * (row_mask.numel() - length) + [True] * length
+        assert (gen.prompt_ids[i][~row_mask] == tok.pad_token_id).all()
+    assert gen.completion_ids.shape[1] <= 8
+    assert gen.input_ids.shape == (n, gen.completion_start + gen.completion_ids.shape[1])
+    for i, length in enumerate(gen.completion_lengths.tolist()):
+        row = gen.completion_ids[i].tolist()
+        assert gen.texts[i] == tok.decode(row[:length], skip_special_tokens=True)
+        assert bool(gen.truncated[i]) == (length == 8 and tok.eos_token_id not in row)
+    assert isinstance(HFGenerateBackend(model, tok), GenerationBackend)
+
+
+def test_same_seed_same_completions_and_the_global_rng_is_untouched(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    backend = HFGenerateBackend(*tiny)
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    first = backend.generate(PROMPTS, 2, params(seed=7))
+    assert torch.equal(torch.get_rng_state(), before)
+    again = backend.generate(PROMPTS, 2, params(seed=7))
+    other = backend.generate(PROMPTS, 2, params(seed=8))
+    assert torch.equal(first.completion_ids, again.completion_ids)
+    assert first.texts == again.texts
+    assert not torch.equal(first.completion_ids, other.completion_ids)
+    # the G completions of one prompt differ from each other (sampled, not copied)
+    assert not torch.equal(first.completion_ids[0], first.completion_ids[1])
+    # seed None draws from the global RNG: reproducible from its state
+    torch.manual_seed(5)
+    a = backend.generate(PROMPTS, 2, params(seed=None))
+    torch.manual_seed(5)
+    b = backend.generate(PROMPTS, 2, params(seed=None))
+    assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_pad_equal_to_eos_masks_up_to_the_first_eos(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast],
+        eos_prone: LlamaForCausalLM) -> None:
+    tok = tiny[1]
+    eos = tok.eos_token_id
+    assert tok.pad_token_id == eos
+    gen = HFGenerateBackend(eos_prone, tok).generate(PROMPTS, 8, params(max_new_tokens=10))
+    lengths = gen.completion_lengths.tolist()
+    assert 1 in lengths or 2 in lengths  # some rows stop right away
+    assert any(not t for t in gen.truncated.tolist())
+    for i, length in enumerate(lengths):
+        row = gen.completion_ids[i].tolist()
+        assert gen.completion_mask[i].tolist() == [1] * length + [0] * (len(row) - length)
+        assert all(t == eos for t in row[length:])
+        if gen.truncated[i]:
+            assert length == 10 and eos not in row[:length]
+        else:
+            assert row[length - 1] == eos and eos not in row[:length - 1]
+            assert gen.texts[i] == tok.decode(row[:length - 1])
+
+
+def test_stop_strings_cut_and_mask(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]
+                                   ) -> None:
+    model, tok = tiny
+    stop = ("e", "o")
+    gen = HFGenerateBackend(model, tok).generate(PROMPTS, 4, params(stop=stop, max_new_tokens=16))
+    stopped = 0
+    for i in range(gen.completion_ids.shape[0]):
+        length = int(gen.completion_lengths[i])
+        row = gen.completion_ids[i].tolist()
+        assert not any(s in gen.texts[i] for s in stop)
+        if gen.truncated[i]:
+            assert length == 16 and not any(s in tok.decode(row) for s in stop)
+            continue
+        stopped += 1
+        kept = tok.decode(row[:length])
+        assert any(s in kept for s in stop)  # the last kept token completes a stop string
+        assert not any(s in tok.decode(row[:length - 1]) for s in stop)
+        assert kept.startswith(gen.texts[i])
+        assert all(t == tok.pad_token_id for t in row[length:])
+    assert stopped >= 4
+
+
+def test_stop_strings_end_generation_early(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    # every token of this vocabulary decodes to at least one character, so "" is in none, but
+    # a one-character stop string common in the text ends rows early; the raw width shrinks
+    model, tok = tiny
+    backend = HFGenerateBackend(model, tok)
+    calls: list[int] = []
+    original = model.generate
+
+    def counting_generate(*args: object, **kwargs: object) -> torch.Tensor:
+        out = original(*args, **kwargs)
+        calls.append(out.shape[1])
+        return out
+
+    model.generate = counting_generate  # type: ignore[method-assign]
+    try:
+        backend.generate(PROMPTS, 4, params(stop=("e", "o", "a", " ", "i", "t"),
+                                            max_new_tokens=40))
+    finally:
+        del model.generate
+    prompt_width = max(len(tok(p)["input_ids"]) for p in PROMPTS)
+    assert calls and calls[0] - prompt_width < 40
+
+
+def test_gather_is_entered_once_per_generate_call(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def gather_double() -> Iterator[None]:
+        events.append("enter")
+        try:
+            yield
+        finally:
+            events.append("exit")
+
+    backend = HFGenerateBackend(*tiny, gather=gather_double)
+    backend.generate(PROMPTS, 2, params())
+    assert events == ["enter", "exit"]
+    backend.generate(PROMPTS, 2, params())
+    assert events == ["enter", "exit"] * 2
+
+
+def test_the_models_generation_config_is_set_aside_and_restored(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    model, tok = tiny
+    plain = HFGenerateBackend(model, tok).generate(PROMPTS, 2, params())
+    saved = model.generation_config
+    model.generation_config = copy.deepcopy(saved)
+    model.generation_config.top_k = 1
+    model.generation_config.repetition_penalty = 5.0
+    try:
+        configured = HFGenerateBackend(model, tok).generate(PROMPTS, 2, params())
+        assert model.generation_config.top_k == 1
+        assert model.generation_config.repetition_penalty == 5.0
+    finally:
+        model.generation_config = saved
+    assert torch.equal(plain.completion_ids, configured.completion_ids)
+    # and those settings would have changed the samples
+    out = model.generate(input_ids=plain.prompt_ids, attention_mask=plain.prompt_mask,
+                         do_sample=True, top_k=1, max_new_tokens=12, pad_token_id=0)
+    assert not torch.equal(out[:, plain.completion_start:], plain.completion_ids)
+
+
+def test_training_mode_is_restored(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]
+                                   ) -> None:
+    model, tok = tiny
+    model.train()
+    try:
+        HFGenerateBackend(model, tok).generate(PROMPTS, 1, params(max_new_tokens=2))
+        assert model.training
+    finally:
+        model.eval()
+
+
+def test_a_tokenizer_without_pad_pads_with_eos(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    model, tok = tiny
+    no_pad = copy.deepcopy(tok)
+    no_pad.pad_token = None
+    assert no_pad.pad_token_id is None
+    backend = HFGenerateBackend(model, no_pad)
+    assert backend.pad_id == tok.eos_token_id
+    a = backend.generate(PROMPTS, 2, params())
+    b = HFGenerateBackend(model, tok).generate(PROMPTS, 2, params())
+    assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_score_rollout_gives_masked_old_and_ref_logprobs(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast],
+        eos_prone: LlamaForCausalLM) -> None:
+    model, tok = tiny
+    gen = HFGenerateBackend(eos_prone, tok).generate(PROMPTS, 4, params(temperature=0.8))
+    batch = score_rollout(gen, eos_prone, model, micro_batch=3, temperature=0.8)
+    assert isinstance(batch, RolloutBatch)
+    mask = gen.completion_mask.bool()
+    assert batch.old_logprobs.shape == batch.ref_logprobs.shape == mask.shape  # type: ignore
+    assert (batch.old_logprobs[~mask] == 0).all() and (batch.old_logprobs[mask] < 0).all()
+    expected = token_logprobs(eos_prone, gen.input_ids, gen.attention_mask,
+                              gen.completion_start, 8, temperature=0.8)
+    torch.testing.assert_close(batch.old_logprobs, expected, rtol=0, atol=1e-5)
+    assert not torch.allclose(batch.ref_logprobs[mask], batch.old_logprobs[mask])  # type: ignore
+    assert score_rollout(gen, model, None, micro_batch=8, temperature=0.8).ref_logprobs is None
+
+
+class ScriptedBackend:
+    """Another backend (what a vLLM backend would be): fixed completions, same interface."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts: list[str], G: int, params: SamplingParams) -> Generations:
+        eos = self.tokenizer.eos_token_id
+        prompt = torch.tensor([[self.tokenizer(p)["input_ids"][0]] for p in prompts])
+        raw = torch.tensor([[5, 6, eos], [7, 8, 9]] * len(prompts))[: len(prompts) * G]
+        ids, mask, truncated, texts = finish_completions(
+            raw, frozenset({eos}), eos, params.stop, self.tokenizer.decode)
+        return Generations(prompt_ids=prompt.repeat_interleave(G, 0),
+                           prompt_mask=torch.ones(len(prompts) * G, 1, dtype=torch.long),
+                           completion_ids=ids, completion_mask=mask, truncated=truncated,
+                           texts=texts, group_index=torch.arange(len(prompts)).repeat_interleave(G))
+
+
+def test_any_backend_feeds_the_same_scoring(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    model, tok = tiny
+    backend: GenerationBackend = ScriptedBackend(tok)
+    assert isinstance(backend, GenerationBackend)
+    gen = backend.generate(PROMPTS, 2, params())
+    batch = score_rollout(gen, model, None, micro_batch=2, temperature=1.0)
+    assert gen.completion_mask.tolist() == [[1, 1, 1], [1, 1, 1]] * 2
+    assert gen.truncated.tolist() == [False, True] * 2
+    assert (batch.old_logprobs < 0).all()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"stop": "\n"}, "stop"),
+    ({"stop": ("",)}, "stop"),
+])
+def test_bad_sampling_params(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        params(**kwargs)
+
+
+def test_bad_generate_input(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    backend = HFGenerateBackend(*tiny)
+    with pytest.raises(ValueError, match="prompts"):
+        backend.generate([], 2, params())
+    with pytest.raises(ValueError, match="G"):
+        backend.generate(PROMPTS, 0, params())
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        backend.generate(["a", ""], 2, params())
+    with pytest.raises(ValueError, match="max_position_embeddings 256"):
+        backend.generate(PROMPTS, 1, params(max_new_tokens=250))
+    with pytest.raises(ValueError, match="old_logprobs shape"):
+        gen = backend.generate(PROMPTS, 1, params(max_new_tokens=2))
+        gen.with_logprobs(torch.zeros(2, 5))
