@@ -196,11 +196,13 @@ class LLMJudge:
 
     def letter_logprobs(self, prompt: str, letters: tuple[str, str]) -> tuple[float, float]:
         """log p(letters[0] | prompt) and log p(letters[1] | prompt), each summed over the
-        letter's tokens; the prompt is cut from the left to fit the model's positions."""
+        letter's tokens; the prompt is cut from the left to fit the model's positions. The
+        tokenizer adds its special tokens (BOS) to a plain prompt, not to a chat template's."""
         import torch
 
         tokenizer, model = self._load()
-        prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        chat = bool(getattr(tokenizer, "chat_template", None))  # a template writes its own BOS
+        prompt_ids = tokenizer(prompt, add_special_tokens=not chat)["input_ids"]
         conts = [tokenizer(x, add_special_tokens=False)["input_ids"] for x in letters]
         limit = getattr(model.config, "max_position_embeddings", None) or 2048
         keep = max(1, limit - max(len(c) for c in conts))

@@ -80,6 +80,16 @@ def test_score_mlperf_from_jsonl(tmp_path: Path) -> None:
                    "share_over_40": 0.0}
 
 
+def test_score_plp_with_the_embedding_model(tmp_path: Path) -> None:
+    reference = "The BigCloneBench dataset contains 900K code samples."
+    records = [{"output": reference, "prediction": reference},
+               {"output": reference, "prediction": ""}]
+    got = json.loads(_run("score", "plp_qa", _write(tmp_path / "p.json", records), "--json").stdout)
+    # similarities 1 (the reference itself) and 0 (empty): mean .5; lengths (53 + 0) / 2
+    assert got["n"] == 2 and got["similarity"] == pytest.approx(0.5, abs=1e-5)
+    assert got["mean_chars"] == len(reference) / 2
+
+
 def test_score_refuses_bad_input(tmp_path: Path) -> None:
     good = _race(tmp_path)
     _fails(_run("score", "nope", good), "unknown task 'nope'", "data_race_c")
