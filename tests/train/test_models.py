@@ -183,6 +183,14 @@ def test_a_tokenizer_without_pad_pads_with_eos(cache: Path, tmp_path: Path) -> N
     assert batch.input_ids[0][0] == tok.eos_token_id and batch.attention_mask[0][0] == 0
 
 
+def test_a_tokenizer_without_pad_or_eos_is_refused(cache: Path) -> None:
+    _, tok = load_policy("tiny", cache_dir=cache)
+    tok.pad_token = None
+    tok.eos_token = None
+    with pytest.raises(ValueError, match="neither a pad nor an eos token"):
+        models.prepare_tokenizer(tok)
+
+
 def test_an_hf_directory_loads_offline_as_saved(cache: Path) -> None:
     directory = models.tiny_dir(cache)
     from_dir, tok = load_policy(str(directory), dtype="bfloat16")
