@@ -197,3 +197,31 @@ def test_cache_concurrent_publishers_agree(tmp_path: Path) -> None:
     assert json.loads((entry / "meta.json").read_text())["files"] == ["gemm.bin"]
     leftovers = [p for p in (tmp_path / "kk").iterdir() if p.name != "k" * 64]
     assert leftovers == []
+
+
+OLD_FENCE = r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*\n(.*?)(?:```|\Z)"  # the former regex, as oracle
+
+
+def test_fenced_blocks_agree_with_the_former_regex_on_random_text() -> None:
+    import random
+    import re
+
+    from hargo_hpc.bench.extract import fenced_blocks
+
+    rng = random.Random(7)
+    pieces = ["```", "```c", "``` c ", "```cpp x", "\n", "`", "void gemm() {}", " ", "a;", "c"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert fenced_blocks(text) == re.findall(OLD_FENCE, text, re.DOTALL), repr(text)
+
+
+def test_hostile_backtick_runs_do_not_stall_extraction() -> None:
+    """200 kB of backticks without a newline (quadratic under the former regex: ~70 s), and
+    repeated 'gemm(' without ';' or '{': both come back fast enough for a worker (
+    milliseconds in practice), with an answer; the bound is 2 s."""
+    import time
+
+    t0 = time.monotonic()
+    assert extract_code("`" * 200_000) is None
+    assert extract_code("```c\n" + "gemm(" * 40_000) is not None
+    assert time.monotonic() - t0 < 2.0
