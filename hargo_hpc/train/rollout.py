@@ -227,7 +227,8 @@ class HFGenerateBackend:
     come from the first EOS). `gather`, when given, is entered once around each call (ZeRO-3:
     the engine helper passes a factory of `deepspeed.zero.GatheredParameters` over the model's
     parameters). `synced_gpus` is passed to `generate` as is (None: transformers decides; the
-    engine helper may pass False when the gathered model runs without ZeRO hooks).
+    engine helper may pass False when the gathered model runs without ZeRO hooks). A wrapper
+    without `generate` (a DeepSpeed engine, DDP) is unwrapped to its `.module`.
     """
 
     def __init__(
@@ -240,7 +241,7 @@ class HFGenerateBackend:
         add_special_tokens: bool = False,
         synced_gpus: bool | None = None,
     ) -> None:
-        self.model = model
+        self.model = _unwrap(model)
         self.tokenizer = tokenizer
         self.gather = gather
         self.add_special_tokens = add_special_tokens
@@ -357,6 +358,15 @@ def _eos_ids(model: nn.Module, tokenizer: Any) -> list[int]:
     elif configured is not None:
         ids.update(int(i) for i in configured)
     return sorted(ids)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module under wrappers that have no `generate` of their own (a DeepSpeed engine, DDP):
+    generation runs on the HF (or PEFT) model itself."""
+    while not hasattr(type(model), "generate") and isinstance(getattr(model, "module", None),
+                                                              nn.Module):
+        model = model.module
+    return model
 
 
 def _hf_model(model: nn.Module) -> nn.Module:

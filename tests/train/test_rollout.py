@@ -261,6 +261,24 @@ def test_the_models_generation_config_is_set_aside_and_restored(
     assert not torch.equal(out[:, plain.completion_start:], plain.completion_ids)
 
 
+class EngineLike(nn.Module):
+    """Wraps a model as a DeepSpeed engine does: `.module`, no `generate` of its own."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+
+def test_a_wrapper_without_generate_is_unwrapped(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    model, tok = tiny
+    backend = HFGenerateBackend(EngineLike(model), tok)
+    assert backend.model is model
+    direct = HFGenerateBackend(model, tok).generate(PROMPTS, 2, params())
+    assert torch.equal(backend.generate(PROMPTS, 2, params()).completion_ids,
+                       direct.completion_ids)
+
+
 def test_training_mode_is_restored(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]
                                    ) -> None:
     model, tok = tiny
