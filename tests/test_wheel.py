@@ -78,7 +78,10 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
     for data in ("hargo_hpc/slurm/templates/base.sh.j2",
                  "hargo_hpc/slurm/templates/bench_worker.sh.j2",
-                 "hargo_hpc/examples/jobs/demo.toml", "hargo_hpc/bench/kernels/naive.c"):
+                 "hargo_hpc/examples/jobs/demo.toml", "hargo_hpc/bench/kernels/naive.c",
+                 "hargo_hpc/tasks/samples/data_race_c.json",
+                 "hargo_hpc/tasks/samples/gemm_problems.json",
+                 "hargo_hpc/tasks/gemm_corpus/plain_ikj.c"):
         assert data in shipped
 
     # a fresh venv with the wheel; its dependencies come from the main venv's site-packages
