@@ -14,7 +14,9 @@ Three sources, tried in this order by `detect`:
    (set by submitit's own sbatch file); under a plain `sbatch` + `srun` it is not set, so
    `detect` sets it for the duration of the call and restores the environment after.
    Inside an `sbatch` script *without* `srun` the batch step sees SLURM_NTASKS of the whole
-   allocation but is one process: launch the trainer with `srun` (one task per rank).
+   allocation but is one process (and has no SLURM_STEP_ID, which every `srun` step has): with
+   SLURM_NTASKS > 1 there, `detect` refuses instead of waiting forever for ranks that never
+   start. Launch the trainer with `srun`, one task per rank.
 3. **Nothing set**: one process, rank 0 of 1, on a free port of 127.0.0.1.
 
 `export` writes the standard variables (what `torch.distributed`'s `env://` rendezvous and
@@ -118,8 +120,15 @@ def _submitit_sees_slurm() -> Iterator[None]:
             os.environ["SUBMITIT_EXECUTOR"] = before
 
 
-def _from_slurm() -> DistEnv:
+def _from_slurm(environ: Mapping[str, str]) -> DistEnv:
     from submitit.helpers import TorchDistributedEnvironment
+
+    tasks = _int(environ, "SLURM_NTASKS")
+    if tasks > 1 and environ.get("SLURM_STEP_ID") is None:
+        raise DistributedError(
+            f"SLURM_NTASKS={tasks} but this is the batch step, one process (no SLURM_STEP_ID): "
+            "launch the trainer with srun, one task per rank"
+        )
 
     with _submitit_sees_slurm():
         try:
@@ -143,7 +152,7 @@ def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
     if env.get("RANK") is not None or env.get("WORLD_SIZE") is not None:
         raise DistributedError("set both RANK and WORLD_SIZE, or neither")
     if env.get("SLURM_PROCID") is not None and env.get("SLURM_NTASKS") is not None:
-        return _from_slurm()
+        return _from_slurm(env)
     return DistEnv(0, 1, 0, "127.0.0.1", free_port(), "single")
 
 

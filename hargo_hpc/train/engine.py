@@ -384,13 +384,30 @@ class Engine:
         return float(torch.stack(norms).norm()) if norms else 0.0
 
     def gathered_parameters(self) -> contextlib.AbstractContextManager[Any]:
-        """Under ZeRO-3: every parameter gathered whole on every rank for the `with` (for
-        generation or export; read-only). Otherwise a no-op."""
+        """Under ZeRO-3: every parameter gathered whole on every rank for the `with`, once, and
+        ZeRO-3's per-module hooks taken off meanwhile (with them each forward releases and
+        re-gathers the parameters of every module, token after token during generation).
+        For generation, log-probs without gradient and export: read-only, no backward inside.
+        Otherwise a no-op."""
         if self.zero_stage != 3:
             return contextlib.nullcontext()
+        return self._gathered_zero3()
+
+    @contextlib.contextmanager
+    def _gathered_zero3(self) -> Iterator[None]:
         import deepspeed
 
-        return deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None)
+        params = list(self.module.parameters())
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            offload = getattr(self._ds.optimizer, "parameter_offload", None)
+            hooks_off = offload is not None and hasattr(offload, "_register_deepspeed_module")
+            if hooks_off:
+                _remove_zero3_hooks(offload, params)
+            try:
+                yield
+            finally:
+                if hooks_off:
+                    offload._register_deepspeed_module(offload.module)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every parameter and buffer, whole, as CPU copies, on every rank."""
@@ -477,6 +494,16 @@ class Engine:
                 shutil.rmtree(tmp, ignore_errors=True)
         distributed.barrier()
         return out
+
+
+def _remove_zero3_hooks(offload: Any, params: list[torch.nn.Parameter]) -> None:
+    """Take ZeRO-3's per-module fetch/release hooks off (DeepSpeed's `DeepSpeedZeRoOffload`;
+    `_register_deepspeed_module` puts them back and invalidates the prefetch trace)."""
+    for param in params:
+        param.ds_active_sub_modules.clear()
+    for hook in [*offload.forward_hooks, *offload.backward_hooks]:
+        hook.remove()
+    offload.forward_hooks, offload.backward_hooks = [], []
 
 
 def _replace_directory(new: Path, final: Path) -> None:

@@ -2,9 +2,11 @@
 
 As a script, under `torchrun --nproc_per_node=2 tests/train/_two_ranks.py OUT STAGE...`: for each
 ZeRO stage, every rank builds the same model, takes its half of one global batch, trains STEPS
-optimizer steps with whole-batch denominators and saves its full parameters as
-`OUT/stage<z>_rank<r>.pt`, plus `OUT/gathered_rank<r>.json` (what gather_floats returned).
-The test compares ranks with each other and with a one-process run of the whole batch.
+optimizer steps with whole-batch denominators (and generates for its own prompt between the two
+steps, inside `gathered_parameters`) and saves its full parameters, gradient norms and
+generated tokens as `OUT/stage<z>_rank<r>.pt`, plus `OUT/gathered_rank<r>.json` (what
+gather_floats returned). The test compares ranks with each other and with a one-process run of
+the whole batch.
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ def summed_nll(forward: Callable[..., object], ids: torch.Tensor, mask: torch.Te
     return (nll * mask.to(nll.device)).sum() / denominator
 
 
+def greedy(module: torch.nn.Module, row: int) -> list[int]:
+    """8 greedy tokens after the first 4 tokens of `batch(5)`'s row `row`."""
+    prompt = batch(5)[0][row : row + 1, :4].to(next(module.parameters()).device)
+    with torch.no_grad():
+        out = module.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    return out[0, 4:].tolist()
+
+
 def _device(forward: Callable[..., object]) -> torch.device:
     device = getattr(forward, "device", None)
     if device is not None:
@@ -80,7 +90,7 @@ def main(out: Path, stages: list[int]) -> None:
             overrides={"zero_optimization": {"stage3_param_persistence_threshold": 0}},
             **SETTINGS,
         )
-        norms = []
+        norms, generated, whole = [], [], False
         for step in range(STEPS):
             ids, mask = batch(step)
             total = distributed.sum_across_ranks(float(mask[rows].sum()))
@@ -88,8 +98,15 @@ def main(out: Path, stages: list[int]) -> None:
             engine.backward(loss)
             engine.step()
             norms.append(engine.grad_norm)
+            if step == 0:  # each rank its own prompt, between two optimizer steps
+                engine.eval()
+                with engine.gathered_parameters():
+                    generated = greedy(engine.module, rank)
+                    whole = all(p.numel() > 0 for p in engine.module.parameters())
+                engine.train()
         state = engine.full_state_dict()
-        torch.save({"state": state, "norms": norms}, out / f"stage{stage}_rank{rank}.pt")
+        torch.save({"state": state, "norms": norms, "generated": generated, "whole": whole},
+                   out / f"stage{stage}_rank{rank}.pt")
     distributed.teardown()
 
 

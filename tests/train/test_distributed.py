@@ -1,0 +1,112 @@
+"""Where a process sits in the job: standard variables, Slurm's (through submitit), or alone;
+the one-process behaviour of the gather helpers (two ranks: test_engine's torchrun test)."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+
+import pytest
+
+from hargo_hpc.train import distributed
+from hargo_hpc.train.distributed import DistEnv, DistributedError, detect
+
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "node7",
+            "MASTER_PORT": "29511"}
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
+         "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_STEP_ID": "0",
+         "SLURM_JOB_NODELIST": "gpu[03-04]"}
+
+
+def test_standard_variables() -> None:
+    env = detect(TORCHRUN)
+    assert env == DistEnv(1, 2, 1, "node7", 29511, "env")
+    assert not env.is_main
+    exported: dict[str, str] = {}
+    env.export(exported)
+    assert exported == TORCHRUN
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_one_process_when_nothing_is_set() -> None:
+    env = detect({})
+    assert (env.rank, env.world_size, env.local_rank, env.master_addr) == (0, 1, 0, "127.0.0.1")
+    assert env.source == "single" and env.is_main and _bindable(env.master_port)
+    alone = detect({"RANK": "0", "WORLD_SIZE": "1"})  # a one-rank torchrun-like setting
+    assert (alone.rank, alone.world_size, alone.master_addr, alone.source) == (
+        0, 1, "127.0.0.1", "env")
+
+
+@pytest.mark.parametrize(
+    ("environ", "match"),
+    [({"RANK": "0"}, "set both RANK and WORLD_SIZE"),
+     ({"RANK": "2", "WORLD_SIZE": "2"}, "need 0 <= RANK < WORLD_SIZE"),
+     ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+     ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR, MASTER_PORT not"),
+     ({**SLURM, "SLURM_STEP_ID": None}, "SLURM_NTASKS=4 but this is the batch step")],
+)
+def test_incomplete_settings_are_refused(
+    environ: dict[str, str | None], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in environ.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    for name in set(distributed.STANDARD) - environ.keys():
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(DistributedError, match=match) as refused:
+        detect({k: v for k, v in environ.items() if v is not None})
+    assert "\n" not in str(refused.value)
+
+
+def _slurm_env(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
+    for name in distributed.STANDARD:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    for name, value in {**SLURM, **extra}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_slurm_variables_through_submitit(monkeypatch: pytest.MonkeyPatch) -> None:
+    _slurm_env(monkeypatch)
+    env = detect()
+    # submitit: the first host of the node list; a port drawn from a generator seeded with the
+    # job id, the same on every task of the job
+    port = random.Random("4242").randint(20000, 60000)
+    assert env == DistEnv(3, 4, 1, "gpu03", port, "slurm")
+    assert detect() == env
+    assert "SUBMITIT_EXECUTOR" not in os.environ  # set for the call only
+
+
+def test_slurm_with_a_master_port_and_submitits_own_executor(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slurm_env(monkeypatch, MASTER_PORT="29600")
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    env = detect()
+    assert (env.master_port, env.rank, env.source) == (29600, 3, "slurm")
+    assert os.environ["SUBMITIT_EXECUTOR"] == "slurm"
+
+
+def test_standard_variables_win_over_slurms(monkeypatch: pytest.MonkeyPatch) -> None:
+    _slurm_env(monkeypatch)
+    assert detect({**SLURM, **TORCHRUN}).source == "env"
+
+
+def test_helpers_with_one_process() -> None:
+    assert distributed.gather_floats([1, 2.5]) == [1.0, 2.5]
+    assert distributed.gather_objects({"a": 1}) == [{"a": 1}]
+    assert distributed.sum_across_ranks(3) == 3.0
+    assert distributed.broadcast_object("x") == "x"
+    assert distributed.is_main() and distributed.rank() == 0 and distributed.world_size() == 1
+    distributed.barrier()
