@@ -515,16 +515,3 @@ def _replace_directory(new: Path, final: Path) -> None:
     os.rename(new, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def quiet_deepspeed() -> Iterator[None]:
-    """DeepSpeed's INFO logging off for the `with` (it prints a line per init otherwise)."""
-    from deepspeed.utils import logger
-
-    level = logger.level
-    logger.setLevel("WARNING")
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
