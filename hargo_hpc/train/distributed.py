@@ -40,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+import torch
 import torch.distributed as dist
 
 Source = Literal["env", "slurm", "single"]
@@ -159,11 +160,16 @@ def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
 def init(env: DistEnv | None = None, *, backend: str | None = None) -> DistEnv:
     """Export `env` (default: `detect()`) and create the default process group if none exists.
 
-    backend None lets torch pick per device type (gloo for CPU, NCCL for CUDA). DeepSpeed's
-    `initialize` later finds the group and uses it.
+    backend None lets torch pick per device type (gloo for CPU, NCCL for CUDA). With an
+    accelerator (torch.accelerator) the current device is local_rank (mod the visible count).
+    DeepSpeed's `initialize` later finds the group and uses it.
     """
     env = detect() if env is None else env
     env.export()
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; None: CPU or older torch
+    if accelerator is not None and accelerator.is_available():
+        # one device per local rank before any collective (NCCL objects go to the current one)
+        accelerator.set_device_index(env.local_rank % max(1, accelerator.device_count()))
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
     return env

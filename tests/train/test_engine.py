@@ -355,9 +355,9 @@ def test_rng_states_round_trip() -> None:
 
 
 def test_two_ranks_match_each_other_and_one_process(
-    tmp_path: Path, reference, summary_line
+    tmp_path: Path, reference, summary_line, repo_root: Path
 ) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path.cwd())}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo_root)}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     script = Path(__file__).with_name("_two_ranks.py")
