@@ -31,6 +31,12 @@ class HandoffSettings(BaseModel):
         "quietly shrink the training data",
     )
     infra_min_runs: int = Field(8, ge=1, description="runs before max_infra_share is judged")
+    local_workers: int = Field(
+        0, ge=0,
+        description="hargo train starts this many local `hargo worker` processes on its handoff "
+        "directory and stops them at the end; 0 under hargo submit, where the worker array "
+        "does it",
+    )
 
     @model_validator(mode="after")
     def _idle_outlives_lease(self) -> HandoffSettings:

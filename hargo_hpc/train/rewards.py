@@ -1,0 +1,352 @@
+"""Rewards of one RL step: text tasks in process, GEMM code through the handoff to the bench.
+
+`RewardRouter.score(step, examples, completions)` returns a `RewardBatch`, one entry per
+completion, in the order given:
+
+* A text task (`task.remote` False) is rewarded here: the batch is grouped by `example.task`,
+  each task's `reward(examples, completions)` is called once with its share, and the rewards
+  are put back in place.
+* A remote task (GEMM) is rewarded by the bench. Completion i becomes the request
+  `task.request(example, completion, f"r{i:05d}", stage=..., forbidden=...)` (i: its index in
+  the batch, so ids are unique within the step and name the completion), the requests go out
+  with `handoff.Trainer.submit(step, ...)` before the text rewards are computed (the bench
+  works meanwhile), and the records come back through `Trainer.poll`. Each record's reward is
+  `task.reward_from_record(record)`; where that is None (`infra_error`, a straggler's timeout:
+  the handoff delivers those with `scored: false`) the completion is not scored: reward 0.0,
+  `scored` False, to be dropped from the loss and counted, never scored as a failure.
+
+While it waits the router shows one step's progress (done / running / queued; a rich bar on a
+terminal, a plain line every few seconds elsewhere; nothing with `progress=False`) and checks
+its local workers: one that died ends the wait with a one-line `WorkerDied` instead of letting
+it run into the step timeout. With `local_workers = N` the router is also what starts and
+stops N local `hargo worker` processes (`local_workers.LocalWorkers`); use it as a context
+manager. Only one process of a distributed run (rank 0) should hold a router.
+
+Light: no torch; the handoff's trainer side and the tasks' own modules only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from hargo_hpc.handoff.claims import scan_claims
+from hargo_hpc.handoff.errors import HandoffError
+from hargo_hpc.handoff.layout import parse_result_name
+from hargo_hpc.handoff.progress import StepProgress
+from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.handoff.trainer import Trainer
+from hargo_hpc.tasks.base import Example, Task
+from hargo_hpc.train.local_workers import LocalWorkers, WorkerDied
+
+__all__ = ["RewardBatch", "RewardError", "RewardRouter", "WorkerDied", "request_id"]
+
+RUNNING_EVERY_S = 1.0  # how often the progress line counts running claims
+
+
+class RewardError(RuntimeError):
+    """A step's rewards cannot be had (one line): e.g. the handoff holds another batch."""
+
+
+def request_id(index: int) -> str:
+    """The handoff request id of completion `index` of a step's batch: `r00000`, `r00001`..."""
+    return f"r{index:05d}"
+
+
+@dataclass
+class RewardBatch:
+    """The rewards of one step's completions, in the order they were given.
+
+    rewards: per completion; 0.0 where not scored. scored: False for an `infra_error` or
+    `scored: false` record: the completion is dropped from the loss (and counted). records:
+    the bench record of a remote task's completion (GEMM), else None. wait_s: seconds spent
+    submitting to and waiting for the handoff (0 without remote tasks).
+    """
+
+    rewards: list[float]
+    scored: list[bool]
+    records: list[dict[str, Any] | None]
+    wait_s: float
+
+    @property
+    def unscored(self) -> int:
+        """How many completions are not scored (dropped from the loss)."""
+        return self.scored.count(False)
+
+    def statuses(self) -> dict[str, int]:
+        """The bench status histogram of the remote records (`{}` without any)."""
+        return dict(Counter(str(r.get("status")) for r in self.records if r is not None))
+
+
+class RewardRouter:
+    """Rewards completions through the task registry's tasks; a context manager that starts
+    and stops `local_workers` local bench workers on `handoff_dir`.
+
+    tasks: the run's tasks by name (every `example.task` must be one). handoff_dir: where
+    remote tasks' requests go (None: text tasks only). worker_args: extra `hargo worker`
+    options for the local workers. poll_timeout_s: how long a step waits for the bench before
+    the stragglers become `infra_error` (None: `handoff_settings.step_timeout_s`). log: one
+    line per notable event (workers started, completions not scored). progress: the waiting
+    step's progress line on stderr. handoff_settings: the `[handoff]` section (poll interval,
+    fsync, step timeout; the local workers run with it too). bench_settings: the `[bench]`
+    section the local workers run with (None: the worker's defaults). log_dir: the local
+    workers' logs (default `<handoff_dir>/logs`).
+    """
+
+    def __init__(
+        self,
+        tasks: Mapping[str, Task],
+        *,
+        handoff_dir: Path | None,
+        local_workers: int = 0,
+        worker_args: Sequence[str] = (),
+        poll_timeout_s: float | None = None,
+        log: Callable[[str], object] = print,
+        progress: bool = True,
+        handoff_settings: HandoffSettings | None = None,
+        bench_settings: Any = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        if local_workers < 0:
+            raise ValueError(f"local_workers must be >= 0, got {local_workers}")
+        if local_workers and handoff_dir is None:
+            raise ValueError("local_workers needs a handoff directory to work on")
+        if poll_timeout_s is not None and not poll_timeout_s > 0:
+            raise ValueError(f"poll_timeout_s must be positive, got {poll_timeout_s}")
+        self.tasks = dict(tasks)
+        self.handoff_dir = Path(handoff_dir) if handoff_dir is not None else None
+        self.settings = handoff_settings or HandoffSettings()
+        self.poll_timeout_s = poll_timeout_s
+        self.log = log
+        self.progress = progress
+        self.workers: LocalWorkers | None = None
+        if local_workers and self.handoff_dir is not None:
+            self.workers = LocalWorkers(
+                self.handoff_dir, local_workers, args=worker_args, log_dir=log_dir,
+                bench=bench_settings, handoff=handoff_settings,
+            )
+        self._trainer: Trainer | None = None
+        self._entered = False
+
+    # ------------------------------------------------------------------ context
+
+    def __enter__(self) -> RewardRouter:
+        if self.workers is not None:
+            self.workers.start()
+            self.log(f"started {self.workers.count} local bench worker(s) on "
+                     f"{self.handoff_dir} (logs in {self.workers.log_dir})")  # fmt: skip
+        self._entered = True
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._entered = False
+        if self.workers is not None:
+            self.workers.__exit__(kind, err, tb)
+
+    def stop_workers(self, reason: str = "trainer finished") -> None:
+        """Write the handoff's stop sentinel: every worker on the directory (the Slurm worker
+        array too) exits at its next look. For the end of a finished run under `hargo submit`;
+        local workers are stopped by the context manager's exit anyway."""
+        self._handoff().stop(reason)
+
+    def _handoff(self) -> Trainer:
+        if self.handoff_dir is None:
+            raise ValueError("this reward router has no handoff directory")
+        if self._trainer is None:
+            self._trainer = Trainer(self.handoff_dir, self.settings, progress=False)
+        return self._trainer
+
+    # ------------------------------------------------------------------ scoring
+
+    def score(
+        self,
+        step: int,
+        examples: Sequence[Example],
+        completions: Sequence[str],
+        *,
+        stage: str | int | None = None,
+        forbidden: Sequence[Sequence[str] | None] | None = None,
+    ) -> RewardBatch:
+        """The rewards of `completions` (completion i answers `examples[i]`).
+
+        stage: the SQD stage, sent with every remote request. forbidden: per completion, the
+        techniques its prompt forbade (None: none). ValueError for mismatched lengths or an
+        example of a task the router does not hold; WorkerDied when a local worker is gone;
+        RewardError when the handoff already holds a different batch for `step`.
+        """
+        n = len(examples)
+        if len(completions) != n:
+            raise ValueError(f"step {step}: {len(completions)} completions for {n} examples")
+        if forbidden is not None and len(forbidden) != n:
+            raise ValueError(f"step {step}: {len(forbidden)} forbidden lists for {n} examples")
+        owners = [self._task_of(example) for example in examples]
+        rewards = [0.0] * n
+        scored = [True] * n
+        records: list[dict[str, Any] | None] = [None] * n
+        remote = [i for i, task in enumerate(owners) if task.remote]
+        wait_s = 0.0
+        if remote:  # first: the bench works while the text rewards are computed
+            started = time.monotonic()
+            self._submit(step, remote, owners, examples, completions, stage, forbidden)
+            wait_s = time.monotonic() - started
+        self._text_rewards(owners, examples, completions, rewards)
+        if remote:
+            started = time.monotonic()
+            by_id = self._collect(step, [request_id(i) for i in remote])
+            wait_s += time.monotonic() - started
+            for i in remote:
+                record = by_id[request_id(i)]
+                records[i] = record
+                value = owners[i].reward_from_record(record)
+                if value is None:
+                    scored[i] = False
+                else:
+                    rewards[i] = float(value)
+            self._report_unscored(step, [records[i] for i in remote if not scored[i]],
+                                  len(remote))  # fmt: skip
+        return RewardBatch(rewards, scored, records, wait_s)
+
+    def _task_of(self, example: Example) -> Task:
+        task = self.tasks.get(example.task)
+        if task is None:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise ValueError(f"example {example.id}: task {example.task!r} is not one of the "
+                             f"router's tasks ({known})")  # fmt: skip
+        return task
+
+    def _text_rewards(
+        self, owners: Sequence[Task], examples: Sequence[Example], completions: Sequence[str],
+        rewards: list[float],
+    ) -> None:
+        """Each text task once, on its share of the batch; rewards put back in place."""
+        groups: dict[str, list[int]] = {}
+        for i, task in enumerate(owners):
+            if not task.remote:
+                groups.setdefault(task.name, []).append(i)
+        for name, indices in groups.items():
+            task = self.tasks[name]
+            values = task.reward([examples[i] for i in indices], [completions[i] for i in indices])
+            if len(values) != len(indices):
+                raise ValueError(f"task {name}: {len(values)} rewards for {len(indices)} "
+                                 "completions")  # fmt: skip
+            for i, value in zip(indices, values, strict=True):
+                if not isinstance(value, int | float) or not math.isfinite(value):
+                    raise ValueError(f"task {name}: reward {value!r} of example "
+                                     f"{examples[i].id} is not a finite number")  # fmt: skip
+                rewards[i] = float(value)
+
+    def _submit(
+        self, step: int, remote: Sequence[int], owners: Sequence[Task],
+        examples: Sequence[Example], completions: Sequence[str], stage: str | int | None,
+        forbidden: Sequence[Sequence[str] | None] | None,
+    ) -> None:
+        """Build and submit the step's requests; RewardError when the step holds another."""
+        if self.handoff_dir is None:
+            raise ValueError(f"task {owners[remote[0]].name} is rewarded through the handoff, "
+                             "but the reward router has no handoff directory")  # fmt: skip
+        if self.workers is not None:
+            if not self._entered:
+                raise RuntimeError("a reward router with local workers must be used in a "
+                                   "`with` block (it starts and stops them)")  # fmt: skip
+            self.workers.check(f"before step {step}")
+        requests = [
+            owners[i].request(  # type: ignore[call-arg]
+                examples[i], completions[i], request_id(i), stage=stage,
+                forbidden=None if forbidden is None else forbidden[i],
+            )
+            for i in remote
+        ]
+        trainer = self._handoff()
+        try:
+            stored = trainer.submit(step, requests)
+        except HandoffError as err:
+            raise RewardError(f"step {step}: {err}") from None
+        for mine, theirs in zip(requests, stored, strict=True):
+            if _plain(mine) != _plain(theirs):
+                raise RewardError(
+                    f"step {step}: the handoff directory {self.handoff_dir} already holds a "
+                    f"different batch for this step (request {mine['id']} differs): a resumed "
+                    "run must produce the same completions or use a new handoff step"
+                )
+
+    def _collect(self, step: int, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Wait (with progress, watching the local workers) until every id has a result or
+        the timeout passed; then `poll` delivers the records (stragglers: infra_error)."""
+        trainer = self._handoff()
+        timeout = self.poll_timeout_s or self.settings.step_timeout_s
+        deadline = time.monotonic() + timeout
+        bar = StepProgress(step, len(ids), enabled=self.progress)
+        by_id: dict[str, dict[str, Any]] = {}
+        done = 0
+        try:
+            done, _ = self._await(trainer, step, ids, deadline, bar)
+            for record in trainer.poll(step, ids, max(0.0, deadline - time.monotonic())):
+                by_id[record["request_id"]] = record
+        except HandoffError as err:
+            raise RewardError(f"step {step}: {err}") from None
+        finally:
+            done = max(done, len(by_id))
+            failed = sum(r.get("status") == "infra_error" for r in by_id.values())
+            bar.close(done, 0, len(ids) - done, failed)
+        return by_id
+
+    def _await(
+        self, trainer: Trainer, step: int, ids: list[str], deadline: float, bar: StepProgress
+    ) -> tuple[int, int]:
+        """Until every id has a result file or the deadline: (done, running) at the end.
+        Raises WorkerDied when a local worker exits meanwhile."""
+        wanted = set(ids)
+        results = trainer.layout.results(step)
+        claims = trainer.layout.claims(step)
+        done = running = 0
+        counted_at = float("-inf")
+        while True:
+            # seen gone before the listing: the listing then holds all the worker wrote
+            lost = self.workers is not None and self.workers.alive() < self.workers.count
+            try:
+                names = os.listdir(results)
+            except FileNotFoundError:  # compacted by an earlier trainer: poll reads it
+                return done, running
+            except OSError:  # ESTALE, EIO: look again; poll reports what persists
+                names = []
+            done = len(wanted.intersection(map(parse_result_name, names)))
+            now = time.monotonic()
+            if done == len(ids) or now >= deadline:
+                return done, running
+            if lost and self.workers is not None:
+                self.workers.check(f"while step {step} waited for {len(ids) - done} of "
+                                   f"{len(ids)} bench results")  # fmt: skip
+            if now - counted_at >= RUNNING_EVERY_S:
+                try:
+                    found = scan_claims(claims)
+                    running = sum(1 for rid in wanted if rid in found and found[rid].held)
+                except HandoffError:
+                    pass
+                counted_at = now
+            running = min(running, len(ids) - done)
+            bar.update(done, running, len(ids) - done - running, 0)
+            time.sleep(min(self.settings.poll_interval_s, max(0.0, deadline - now)))
+
+    def _report_unscored(
+        self, step: int, unscored: Sequence[dict[str, Any] | None], total: int
+    ) -> None:
+        if not unscored:
+            return
+        first = unscored[0] or {}
+        why = str(first.get("error") or first.get("reason") or first.get("status") or "")
+        self.log(f"step {step}: {len(unscored)} of {total} bench results not scored "
+                 f"(infra_error), dropped from the loss; first: {why[:200]}")  # fmt: skip
+
+
+def _plain(request: Mapping[str, Any]) -> dict[str, Any]:
+    """A request as the handoff stores it (fields that are None left out)."""
+    return {key: value for key, value in request.items() if value is not None}
