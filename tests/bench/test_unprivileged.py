@@ -31,7 +31,8 @@ def run_as_nobody(source: str, home: Path) -> dict:
            "HF_HUB_OFFLINE": "1"}  # fmt: skip
     done = subprocess.run(
         ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable,
-         "-m", "hargo_hpc", "bench", "run", str(kernel), "--size", "64", "--reps", "2", "--json"],
+         "-m", "hargo_hpc", "bench", "run", str(kernel), "--size", "64", "--reps", "2", "--threads", "1",
+         "--json"],
         capture_output=True, text=True, timeout=300, env=env, cwd=home,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -49,6 +50,10 @@ def nobody_home(scratch_root: Path) -> Path:
 
 
 def test_verdicts_hold_without_root(nobody_home: Path) -> None:
+    """One thread: without real-time priority a 2-thread OpenBLAS team on a loaded node waits
+    for its preempted thread (a fresh-clone run next to other work measured the reference's
+    best call at 0.5 GFLOPS and flagged the honest serial kernel suspicious); the verdicts, not
+    the thread team, are what this test is about (docs/bench.md, "Without root")."""
     honest = run_as_nobody(kernel_source("blocked"), nobody_home)
     assert honest["status"] == "ok" and honest["reward"] > 0, honest["reason"]
     assert honest["reference"].startswith("openblas") and "seccomp" in honest["sandbox"]
