@@ -241,12 +241,13 @@ class LocalWorkers:
                 child.descendants = _descendants(child.pid)
             running = [c for c in children if _exit_status(c.pid) is None]
             if running:
+                patience = self.stop_timeout_s
                 try:
                     Trainer(self.handoff_dir, self.handoff, progress=False).stop(reason)
                 except (HandoffError, OSError) as err:
                     log.warning("local workers: no stop sentinel (%s); sending SIGTERM", err)
-                    self.stop_timeout_s = 0.0
-                running = _wait_exit(running, self.stop_timeout_s)
+                    patience = 0.0
+                running = _wait_exit(running, patience)
             for sig, timeout in ((signal.SIGTERM, self.term_timeout_s),
                                  (signal.SIGKILL, KILL_TIMEOUT_S)):  # fmt: skip
                 if not running:
@@ -279,12 +280,13 @@ class LocalWorkers:
 
 
 def _exit_status(pid: int) -> int | None:
-    """The wait status of child `pid` once it has exited, without reaping it; None while it
-    runs (or when it was reaped already: it is then no longer ours to ask about)."""
+    """The wait status of child `pid` once it has exited, without reaping it (so that its
+    process group id stays reserved); None while it runs. Status 0 when something else reaped
+    it already (its status is lost then)."""
     try:
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
-        return None
+        return 0
     if info is None or info.si_pid == 0:
         return None
     if info.si_code == os.CLD_EXITED:

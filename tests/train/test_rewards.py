@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -154,10 +156,17 @@ def test_one_gemm_step_through_a_real_worker_and_the_real_bench(tmp_path: Path) 
         progress=False, handoff_settings=fast_handoff(), bench_settings=small_bench(tmp_path),
     )
     with router:
+        pids = router.workers.pids
         result = router.score(3, [problem, problem, refused], completions, stage=0,
                               forbidden=[[], None, None])  # fmt: skip
-        again = router.score(3, [problem, problem, refused], completions, stage=0,
-                             forbidden=[[], None, None])  # fmt: skip
+    assert len(pids) == 1 and not psutil.pid_exists(pids[0])
+    # a restarted trainer (a new router, no worker left) scores the same batch again: the
+    # stored records come back, nothing is run again
+    restarted = RewardRouter({"gemm": gemm}, handoff_dir=tmp_path / "handoff", log=lines.append,
+                             progress=False, handoff_settings=fast_handoff(),
+                             poll_timeout_s=30)  # fmt: skip
+    again = restarted.score(3, [problem, problem, refused], completions, stage=0,
+                            forbidden=[[], None, None])  # fmt: skip
     ok, broken, infra = result.records
     assert ok["status"] == "ok" and result.rewards[0] > 0 and result.rewards[0] == ok["reward"]
     assert ok["size"] == [64, 64, 64] and ok["check_size"] == [37, 37, 37]
@@ -172,12 +181,11 @@ def test_one_gemm_step_through_a_real_worker_and_the_real_bench(tmp_path: Path) 
     assert 0 < result.wait_s < 120
     assert len(lines) == 3 and "started 1 local bench worker" in lines[0]
     assert lines[1].startswith("step 3: 1 of 3 bench results not scored (infra_error)")
-    assert lines[2] == lines[1]  # the second call below
-    # the same batch again (a restarted trainer): the stored records, nothing run again
+    assert lines[2] == lines[1]  # the restarted router's
+    assert again.wait_s < 10  # not the 30 s timeout: every result was there
     assert again.rewards == result.rewards and again.scored == result.scored
     assert [r["handoff"]["written_at"] for r in again.records] == [
         r["handoff"]["written_at"] for r in result.records]
-    assert not [pid for pid in router.workers.pids if psutil.pid_exists(pid)]
 
 
 # ---------------------------------------------------------------- workers that die
@@ -265,7 +273,49 @@ def test_a_worker_that_ignores_the_sentinel_and_sigterm_is_killed(tmp_path: Path
         (pid,) = workers.pids
         os.kill(pid, signal.SIGSTOP)
     assert not psutil.pid_exists(pid)
-    warnings = [r.getMessage() for r in caplog.records]
+    warnings = [r.getMessage() for r in caplog.records
+                if r.name == "hargo_hpc.train.local_workers"]
     assert warnings == ["local workers: 1 still running; sending SIGTERM",
                         "local workers: 1 still running; sending SIGKILL"]
     assert worker_group_members([pid]) == []
+
+
+STARTER = """\
+import sys
+from hargo_hpc.train.local_workers import LocalWorkers
+workers = LocalWorkers(sys.argv[1], 1)
+workers.start()
+print(workers.pids[0], flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # not reaped by init
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.timeout(60)
+def test_a_trainer_killed_with_sigkill_leaves_no_worker(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: the kernel sends the worker SIGTERM when its trainer dies."""
+    trainer = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path / "handoff")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(trainer.stdout.readline())
+        assert psutil.Process(pid).ppid() == trainer.pid
+        beats = tmp_path / "handoff" / "workers"
+        deadline = time.monotonic() + 30
+        while not any(beats.glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the worker runs (its first heartbeat)
+        assert any(beats.glob("*.json")) and not gone(pid)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), "the worker outlived its trainer"
+    log = (tmp_path / "handoff" / "logs" / "worker-0.log").read_text()
+    assert "worker stopped: signal SIGTERM" in log
