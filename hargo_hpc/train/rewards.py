@@ -231,7 +231,7 @@ class RewardRouter:
         groups: dict[str, list[int]] = {}
         for i, task in enumerate(owners):
             if not task.remote:
-                groups.setdefault(task.name, []).append(i)
+                groups.setdefault(examples[i].task, []).append(i)
         for name, indices in groups.items():
             task = self.tasks[name]
             values = task.reward([examples[i] for i in indices], [completions[i] for i in indices])
