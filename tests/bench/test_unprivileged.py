@@ -31,8 +31,8 @@ def run_as_nobody(source: str, home: Path) -> dict:
            "HF_HUB_OFFLINE": "1"}  # fmt: skip
     done = subprocess.run(
         ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable,
-         "-m", "hargo_hpc", "bench", "run", str(kernel), "--size", "64", "--reps", "2", "--threads", "1",
-         "--json"],
+         "-m", "hargo_hpc", "bench", "run", str(kernel), "--size", "64", "--reps", "2",
+         "--threads", "1", "--json"],
         capture_output=True, text=True, timeout=300, env=env, cwd=home,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
