@@ -16,6 +16,7 @@ from hargo_hpc.eval.commands import eval_group
 from hargo_hpc.examples.commands import init
 from hargo_hpc.handoff.commands import handoff, worker
 from hargo_hpc.tasks.commands import data
+from hargo_hpc.train.commands import sft, train
 
 
 @click.group(context_settings=CONTEXT)
@@ -73,5 +74,7 @@ main.add_command(data)
 main.add_command(eval_group)
 main.add_command(handoff)
 main.add_command(init)
+main.add_command(sft)
+main.add_command(train)
 main.add_command(worker)
 

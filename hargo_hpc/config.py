@@ -27,6 +27,7 @@ from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
 from hargo_hpc.tasks.settings import RewardSettings
+from hargo_hpc.train.settings import ModelSection, RolloutSection, TrainingSection
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
 RESOLVED_NAME = "config.toml"
@@ -44,16 +45,6 @@ class RunSection(_Section):
     name: str = Field("experiment", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     dir: str = "runs"
     seed: int = 0
-
-
-class ModelSection(_Section):
-    path: str = Field(
-        "tiny", min_length=1,
-        description="an HF checkpoint directory, 'tiny' (built by the project) or 'smollm2'",
-    )
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    trust_remote_code: bool = False
-    max_prompt_tokens: int = Field(512, gt=0)
 
 
 class TaskSpec(_Section):
@@ -100,30 +91,6 @@ class AlgorithmSection(_Section):
     overlong_penalty: float | None = Field(None, ge=0)
     dpo_beta: float = Field(0.1, gt=0)
     hargo: HargoParams = Field(default_factory=HargoParams)
-
-
-class RolloutSection(_Section):
-    num_generations: int = Field(4, ge=1, description="G, completions per prompt")
-    prompts_per_step: int = Field(4, ge=1)
-    max_new_tokens: int = Field(64, gt=0)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-
-
-class TrainingSection(_Section):
-    lr: float = Field(1e-6, gt=0)
-    steps: int = Field(10, ge=0)
-    micro_batch_size: int = Field(4, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    zero_stage: Literal[0, 1, 2, 3] = 2
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    grad_clip: float = Field(1.0, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0)
-    sft_steps: int = Field(0, ge=0, description="SFT warm-start steps before RL")
-    offload_optimizer: bool = False
-    log_every: int = Field(1, ge=1)
-    save_every: int = Field(0, ge=0, description="0 = only at the end")
 
 
 class SqdSection(_Section):

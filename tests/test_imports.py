@@ -27,6 +27,7 @@ CONFIG_LOADS = {
     "hargo_hpc.bench", "hargo_hpc.bench.settings", "hargo_hpc.bench.techniques",
     "hargo_hpc.handoff", "hargo_hpc.handoff.settings",
     "hargo_hpc.tasks", "hargo_hpc.tasks.names", "hargo_hpc.tasks.settings",
+    "hargo_hpc.train", "hargo_hpc.train.settings",
 }
 HEAVY = ("torch", "numpy", "transformers", "deepspeed", "submitit", "jinja2", "rich", "ctypes",
          "psutil", "click")

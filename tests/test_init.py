@@ -12,7 +12,7 @@ from hargo_hpc.examples import example_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 HARGO = shutil.which("hargo") or str(Path(sys.executable).parent / "hargo")
-NAMES = ["demo.toml", "gemm_sqd.toml", "hpcgpt_mix.toml", "sweep.toml"]
+NAMES = ["demo.toml", "gemm_sqd.toml", "hpcgpt_mix.toml", "sweep.toml", "tiny.toml"]
 
 
 def hargo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -53,9 +53,9 @@ def test_init_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
     assert (jobs / "sweep.toml").read_text() != "# my edits\n"
     load_config(jobs / "sweep.toml")
 
-    done = hargo("init", str(tmp_path / "proj"), cwd=tmp_path)  # all four exist now
+    done = hargo("init", str(tmp_path / "proj"), cwd=tmp_path)  # all five exist now
     assert done.returncode == 2
-    assert done.stderr == f"error: {jobs}/demo.toml exists (and 3 more); use --force to overwrite\n"
+    assert done.stderr == f"error: {jobs}/demo.toml exists (and 4 more); use --force to overwrite\n"
 
 
 def test_init_into_a_file_is_one_line_error(tmp_path: Path) -> None:

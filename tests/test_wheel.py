@@ -128,9 +128,9 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     done = run([hargo, "init", "proj"], outside, env)
     written = [line.removeprefix("wrote ") for line in done.stdout.splitlines()
                if line.startswith("wrote ")]
-    assert len(written) == 4
+    assert len(written) == 5
     names = run([str(python), "-c", LOAD_JOBS, *written], outside, env).stdout.split()
-    assert names == ["demo", "gemm-sqd", "hpcgpt-mix-hargo", "sweep"]
+    assert names == ["demo", "gemm-sqd", "hpcgpt-mix-hargo", "sweep", "tiny"]
 
     kernel = Path(run([str(python), "-c", KERNEL], outside, env).stdout.strip())
     assert kernel.is_relative_to(venv) and kernel.is_file()

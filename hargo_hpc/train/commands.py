@@ -1,0 +1,112 @@
+"""Command line of the trainer: `hargo train` and `hargo sft`.
+
+Registered by `hargo_hpc.cli` (`main.add_command(train)`, `main.add_command(sft)`). Thin: load
+the config, call `train.loop`, print one progress line per step and where the outputs are. The
+ML stack is imported only when a command runs (`hargo --help` stays light).
+
+Exit codes: 0 done; 2 bad input (`error: <one line>`, nothing overwritten); 75 (EX_TEMPFAIL)
+stopped by SIGUSR1/SIGTERM after writing a checkpoint: run the same command with `--resume`
+(an sbatch script can requeue on it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+
+
+def _config(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
+    try:
+        return load_config(job, list(overrides))
+    except ConfigError as err:
+        raise UsageFailure(str(err)) from None
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def progress_line(record: dict[str, Any], steps: int) -> str:
+    """`step 3/10  reward 0.412±0.310  kl 0.0012  loss -0.0132  len 21.4  1.23 s`."""
+    return (f"step {record['step']}/{steps}  reward {_fmt(record.get('reward'))}"
+            f"±{_fmt(record.get('reward_std'))}  kl {_fmt(record.get('kl'), '.4f')}  "
+            f"loss {_fmt(record.get('loss'), '.4f')}  "
+            f"len {_fmt(record.get('completions/mean_length'), '.1f')}  "
+            f"{_fmt(record.get('timing_s/step'), '.2f')} s")
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from hargo_hpc.tasks.base import DataError
+    from hargo_hpc.train.checkpoint import CheckpointError
+    from hargo_hpc.train.distributed import DistributedError
+    from hargo_hpc.train.loop import TrainError
+
+    return (TrainError, CheckpointError, DistributedError, DataError, ConfigError)
+
+
+def _log(text: str) -> None:
+    click.echo(text, err=True)
+
+
+@click.command("train", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--resume", is_flag=True,
+              help="continue the run in the run directory from its latest checkpoint")
+def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
+    """Train JOB (jobs/*.toml) after OVERRIDES (section.key=value ...).
+
+    Writes <run.dir>/<run.name>/: metrics.jsonl, rollouts/, checkpoints/, export/ (an HF
+    directory). Exit 75 after SIGUSR1/SIGTERM: a checkpoint is written, rerun with --resume.
+    """
+    cfg = _config(job, overrides)
+    from hargo_hpc.train import loop
+
+    steps, every = cfg.training.steps, cfg.training.log_every
+
+    def show(record: dict[str, Any]) -> None:
+        if record["step"] % every == 0 or record["step"] == steps:
+            click.echo(progress_line(record, steps))
+
+    try:
+        result = loop.train(cfg, resume=resume, log=_log, on_step=show,
+                            progress=sys.stderr.isatty())
+    except _user_errors() as err:
+        raise UsageFailure(str(err)) from None
+    if result.already_finished:
+        click.echo(f"run {result.run_dir} finished already at step {result.step}")
+    click.echo(f"metrics: {result.metrics}")
+    click.echo(f"checkpoint: {result.checkpoint}")
+    if result.interrupted:
+        again = " ".join(["hargo", "train", job, *overrides, "--resume"])
+        click.echo(f"stopped at step {result.step}; continue with: {again}")
+        sys.exit(loop.EXIT_REQUEUE)
+    click.echo(f"export: {result.export}")
+
+
+@click.command("sft", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+def sft(job: str, overrides: tuple[str, ...]) -> None:
+    """Supervised fine-tuning of JOB's model on its tasks' reference answers (GEMM: the SFT
+    corpus) for training.sft_steps steps, into <run dir>/sft/ (metrics.jsonl, export/).
+    Start RL from it with model.path=<run dir>/sft/export."""
+    cfg = _config(job, overrides)
+    from hargo_hpc.train import loop
+
+    steps = cfg.training.sft_steps
+    try:
+        result = loop.sft_run(cfg, log=_log, on_step=lambda r: click.echo(
+            f"sft step {r['step']}/{steps}  loss {r['loss']:.4f}  "
+            f"tokens {int(r['tokens'])}  {r['timing_s/step']:.2f} s"))
+    except _user_errors() as err:
+        raise UsageFailure(str(err)) from None
+    click.echo(f"metrics: {result.metrics}")
+    click.echo(f"export: {result.export}")
+    if result.interrupted:
+        sys.exit(loop.EXIT_REQUEUE)

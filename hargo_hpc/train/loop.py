@@ -1,0 +1,906 @@
+"""The RL loop: `train(config)` runs an experiment; `rl_step` is one step, read top to bottom.
+
+One step, in verl's phase names (each timed as `timing_s/<phase>`):
+
+    gen           draw prompts_per_step prompts (the task mixture), template them, sample G
+                  completions of each (the generation backend; ZeRO-3 weights gathered once)
+    reward        the tasks' rewards (in process; GEMM through the handoff); unscored ones are
+                  dropped from the loss and counted; DAPO's overlong shaping when the preset has
+                  a buffer
+    old_log_prob  the sampling policy's token log-probs, when the update is off-policy at all
+                  (num_iterations > 1, several optimizer steps per batch, or KL in the reward);
+                  else the update is exactly on-policy (ratio 1 on its first pass)
+    ref           the reference model's token log-probs, when the method needs them
+    adv           KL folded into the reward (kl_in_reward presets), DAPO's dynamic sampling,
+                  advantages (groups = the prompts), HARGO's weights
+    update_actor  num_iterations passes over the batch: micro-batches of micro_batch_size rows,
+                  grad_accum of them per optimizer step; each micro-batch loss uses the whole
+                  optimizer step's denominators (tokens / sequences), so they add up to that
+                  step's full-batch loss (the engine's summed-loss convention)
+
+What the update does comes from the resolved preset (`algorithms.resolve_algorithm`): its
+`loss` picks the update (`UPDATES`: ppo/pg policy loss, dpo, sft), its fields the estimator,
+HARGO, KL, dynamic sampling and overlong shaping. Task labels never reach the algorithms: per-
+task statistics are computed from the step's rows afterwards, for the log.
+
+Around the steps `train` validates the config (one-line `TrainError`), claims the run directory
+(a finished run is refused without `resume`; a resume must have the same config hash), loads
+data, models and the engine, runs the SFT warm start (`training.sft_steps`), and writes metrics,
+rollouts, checkpoints (every `save_every` steps, at the end, and on SIGUSR1/SIGTERM, after which
+it returns `interrupted`: the CLI exits with `EXIT_REQUEUE`) and the HF export. docs/training.md
+has the layout of the run directory and every metric.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hargo_hpc.algorithms.advantages import compute_advantages
+from hargo_hpc.algorithms.dapo import dynamic_sampling_filter, overlong_penalty
+from hargo_hpc.algorithms.hargo import hargo_weights
+from hargo_hpc.algorithms.losses import kl_penalized_rewards, policy_loss
+from hargo_hpc.algorithms.preference import dpo_loss, dpo_pairs
+from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
+from hargo_hpc.config import ExperimentConfig, save_resolved
+from hargo_hpc.files import write_atomic
+from hargo_hpc.tasks.base import DataError, Example, Task
+from hargo_hpc.tasks.data import load_tasks
+from hargo_hpc.tasks.prompts import build_prompt, resolve_format
+from hargo_hpc.tasks.registry import get_task
+from hargo_hpc.tasks.split import MixtureSampler, split_examples
+from hargo_hpc.train import checkpoint as ckpt
+from hargo_hpc.train import distributed
+from hargo_hpc.train import metrics as m
+from hargo_hpc.train.logprobs import token_logprobs, token_logprobs_and_entropy
+from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+from hargo_hpc.train.settings import check_batch_shape
+from hargo_hpc.train.sft import (
+    SftBatch,
+    SftItem,
+    SftSampler,
+    build_sft_batch,
+    sft_items,
+    sft_update,
+    split,
+)
+
+EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
+CHECKPOINTS, EXPORT, METRICS, ROLLOUTS = "checkpoints", "export", "metrics.jsonl", "rollouts"
+FINISHED, SFT_DIR, TENSORBOARD = "finished.json", "sft", "tensorboard"
+# estimators that compare the completions of a prompt with each other (need G >= 2)
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gpg", "reinforce_pp_baseline")
+
+Log = Callable[[str], object]
+
+
+class TrainError(ValueError):
+    """A run that cannot start or continue; the message is one line for the user."""
+
+
+@dataclass
+class TrainResult:
+    """Where a run's outputs are. `step`: the last RL step done; `interrupted`: stopped by a
+    signal after a checkpoint (resume it); `already_finished`: a resume of a finished run."""
+
+    run_dir: Path
+    metrics: Path
+    step: int
+    checkpoint: Path | None
+    export: Path | None
+    interrupted: bool = False
+    already_finished: bool = False
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    @property
+    def export(self) -> Path:
+        return self.root / EXPORT
+
+    @property
+    def finished(self) -> Path:
+        return self.root / FINISHED
+
+    @property
+    def sft(self) -> Path:
+        return self.root / SFT_DIR
+
+    def rollouts(self, step: int) -> Path:
+        return self.root / ROLLOUTS / f"step_{step:06d}.jsonl"
+
+
+@dataclass
+class Run:
+    """What the steps share, built once by `train`."""
+
+    config: ExperimentConfig
+    algorithm: ResolvedAlgorithm
+    engine: Any
+    tokenizer: Any
+    reference: torch.nn.Module | None
+    backend: HFGenerateBackend
+    router: Any
+    tasks: dict[str, Task]
+    sampler: MixtureSampler
+    prompt_format: str
+    sampling: SamplingParams
+    accum: int  # micro-batches per optimizer step (per rank)
+    opt_steps: int  # optimizer steps per pass over a rollout batch
+    logprob_micro: int
+    needs_old: bool
+    hargo_contrast: float | None = None
+    prompts: dict[str, str] = field(default_factory=dict)
+
+    def prompt_of(self, example: Example) -> str:
+        text = self.prompts.get(example.id)
+        if text is None:
+            user = self.tasks[example.task].user_text(example)
+            text = self.prompts[example.id] = build_prompt(user, self.prompt_format,
+                                                           self.tokenizer)
+        return text
+
+
+# ---------------------------------------------------------------- checks and set-up
+
+
+def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgorithm, int]:
+    """The resolved method and the micro-batches per optimizer step; TrainError (one line)
+    for a method/batch combination that cannot train."""
+    try:
+        algorithm = resolve_algorithm(config.algorithm)
+        accum = check_batch_shape(config.rollout, config.training, world_size)
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    groups = (algorithm.estimator in GROUP_ESTIMATORS or algorithm.hargo is not None
+              or algorithm.loss == "dpo")
+    if groups and config.rollout.num_generations < 2:
+        what = f"estimator {algorithm.estimator!r}" if algorithm.loss != "dpo" else "DPO pairs"
+        raise TrainError(
+            f"algorithm {algorithm.name}: {what} compares the completions of a prompt, so "
+            f"rollout.num_generations must be >= 2 (got {config.rollout.num_generations})"
+        )
+    if world_size > 1:
+        raise TrainError(f"{world_size} ranks: the loop trains on one process for now")
+    return algorithm, accum
+
+
+def _saved_hash(paths: RunPaths) -> str | None:
+    try:
+        return ckpt.config_hash((paths.root / "config.toml").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+
+
+def claim_run_dir(paths: RunPaths, config_hash: str, resume: bool) -> Path | None:
+    """The checkpoint to continue from (None: start at step 0). TrainError when the directory
+    holds a run and `resume` is not set, or a resume meets another config."""
+    finished = paths.finished.is_file()
+    latest = ckpt.latest_checkpoint(paths.checkpoints)
+    holds_run = finished or latest is not None or paths.metrics.is_file()
+    if not resume:
+        if holds_run:
+            what = "a finished run" if finished else "an unfinished run"
+            raise TrainError(f"run directory {paths.root} holds {what}; pass --resume to "
+                             "continue it, or set another run.name / run.dir")
+        return None
+    saved = _saved_hash(paths)
+    if saved is not None and saved != config_hash:
+        raise TrainError(f"refusing to resume: {paths.root}/config.toml hashes to {saved}, "
+                         f"this config to {config_hash} (another experiment's run directory)")
+    if latest is None:
+        return None
+    try:
+        return ckpt.check_resume(paths.checkpoints, config_hash, paths.root)
+    except ckpt.CheckpointError as err:
+        raise TrainError(str(err)) from None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Data:
+    tasks: dict[str, Task]
+    train: dict[str, list[Example]]  # by task, the training split
+
+
+def load_data(config: ExperimentConfig, log: Log) -> Data:
+    """The tasks of `data.tasks`, their examples and the training split (stratified)."""
+    try:
+        loaded = load_tasks(config.data.tasks, config.rewards, log=log)
+        tasks = {name: get_task(name, config.rewards) for name in loaded}
+        everything = [e for examples in loaded.values() for e in examples]
+        train, _ = split_examples(everything, config.data.eval_fraction, config.run.seed)
+    except (DataError, ValueError) as err:
+        raise TrainError(str(err)) from None
+    by_task = {name: [e for e in train if e.task == name] for name in loaded}
+    return Data(tasks, by_task)
+
+
+def drop_long_prompts(data: Data, tokenizer: Any, prompt_format: str, limit: int,
+                      log: Log) -> None:
+    """Remove training examples whose templated prompt exceeds `limit` tokens (logged)."""
+    for name, examples in data.train.items():
+        task = data.tasks[name]
+        prompts = [build_prompt(task.user_text(e), prompt_format, tokenizer) for e in examples]
+        lengths = [len(ids) for ids in
+                   tokenizer(prompts, add_special_tokens=False)["input_ids"]] if prompts else []
+        kept = [e for e, n in zip(examples, lengths, strict=True) if n <= limit]
+        if len(kept) < len(examples):
+            log(f"{name}: dropped {len(examples) - len(kept)} of {len(examples)} training "
+                f"prompts longer than model.max_prompt_tokens = {limit}")
+        if not kept:
+            raise TrainError(f"task {name}: every training prompt is longer than "
+                             f"model.max_prompt_tokens = {limit}")
+        data.train[name] = kept
+
+
+def load_models(config: ExperimentConfig, needs_reference: bool
+                ) -> tuple[Any, Any, torch.nn.Module | None]:
+    """(policy, tokenizer, reference or None) from `model.*`; TrainError for a bad path."""
+    from hargo_hpc.train.models import LoraOptions, load_policy, load_reference
+
+    section = config.model
+    lora = None
+    kwargs: dict[str, Any] = {"dtype": section.dtype,
+                              "trust_remote_code": section.trust_remote_code,
+                              "cache_dir": section.cache_dir or None}
+    try:
+        if section.lora_r:
+            lora = LoraOptions(r=section.lora_r, alpha=section.lora_alpha,
+                               dropout=section.lora_dropout,
+                               target_modules=tuple(section.lora_target_modules))
+        policy, tokenizer = load_policy(section.path, lora=lora, **kwargs)
+        reference = load_reference(section.path, **kwargs) if needs_reference else None
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    return policy, tokenizer, reference
+
+
+def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_steps: int,
+                     run_dir: Path | None) -> Any:
+    from hargo_hpc.train.engine import EngineError, build_engine
+
+    t = config.training
+    try:
+        return build_engine(
+            policy, zero_stage=t.zero_stage, precision=t.precision, lr=t.lr,
+            weight_decay=t.weight_decay, grad_clip=t.grad_clip, grad_accum=accum,
+            micro_batch_size=t.micro_batch_size, warmup_steps=t.warmup_steps,
+            total_steps=total_steps, offload_optimizer=t.offload_optimizer,
+            lr_schedule=t.lr_schedule, min_lr_ratio=t.min_lr_ratio,
+            user_config=Path(t.deepspeed_config) if t.deepspeed_config else None,
+            run_dir=run_dir,
+        )
+    except EngineError as err:
+        raise TrainError(str(err)) from None
+
+
+def _prompt_format(config: ExperimentConfig, tokenizer: Any) -> str:
+    try:
+        return resolve_format(config.data.prompt_format, tokenizer)
+    except ValueError as err:
+        raise TrainError(f"data.prompt_format: {err}") from None
+
+
+class StopSignals:
+    """SIGUSR1 and SIGTERM (Slurm's time limit, preemption) set `requested` instead of killing:
+    the loop checkpoints at the end of the step and returns. Handlers restored on exit."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = signal.Signals(signum).name
+
+    def __enter__(self) -> StopSignals:
+        with contextlib.suppress(ValueError):  # not the main thread: no handlers
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
+          on_step: Callable[[dict[str, Any]], object] | None = None,
+          progress: bool = True) -> TrainResult:
+    """Run (or, with `resume`, continue) the experiment; see the module docstring."""
+    from hargo_hpc.train.rewards import RewardRouter
+
+    paths = RunPaths(config.run_dir())
+    algorithm, accum = resolve(config, distributed.detect().world_size)
+    config_hash = ckpt.config_hash(config.to_toml())
+    checkpoint = claim_run_dir(paths, config_hash, resume)
+    if paths.finished.is_file():  # resume of a finished run: nothing to do
+        done = json.loads(paths.finished.read_text())
+        return TrainResult(paths.root, paths.metrics, int(done["step"]),
+                           Path(done["checkpoint"]), Path(done["export"]),
+                           already_finished=True)
+    t, r = config.training, config.rollout
+    seed_everything(config.run.seed)
+    data = load_data(config, log)
+    policy, tokenizer, reference = load_models(config, algorithm.needs_reference)
+    prompt_format = _prompt_format(config, tokenizer)
+    drop_long_prompts(data, tokenizer, prompt_format, config.model.max_prompt_tokens, log)
+    if algorithm.loss == "sft":
+        _check_references(data)
+    micro_batches = r.prompts_per_step * r.num_generations // t.micro_batch_size
+    opt_steps = micro_batches // accum
+    total_steps = t.sft_steps + t.steps * t.num_iterations * opt_steps
+    save_resolved(config, paths.root)
+    engine = build_run_engine(config, policy, accum, total_steps, paths.root)
+    if reference is not None:
+        reference.to(engine.device)
+    weights = {spec.name: spec.weight for spec in config.data.tasks}
+    try:
+        sampler = MixtureSampler(data.train, weights, seed=config.run.seed)
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    state = ckpt.TrainerState(step=0, config_hash=config_hash)
+    if checkpoint is not None:
+        state = ckpt.TrainerState.from_dict(engine.load_checkpoint(paths.checkpoints,
+                                                                   checkpoint.name))
+        sampler.load_state_dict(state.sampler)
+    m.truncate_after(paths.metrics, state.step)
+    if state.step == 0:
+        m.truncate_after(paths.sft / METRICS, 0)
+    backend = HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
+                                synced_gpus=False)
+    sampling = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                              top_p=r.top_p, stop=tuple(r.stop))
+    needs_old = (t.num_iterations > 1 or opt_steps > 1
+                 or (algorithm.kl_in_reward and algorithm.kl_coef > 0))
+    remote = any(task.remote for task in data.tasks.values())
+    router = RewardRouter(
+        data.tasks, handoff_dir=config.handoff_dir() if remote else None,
+        local_workers=getattr(config.handoff, "local_workers", 0) if remote else 0,
+        log=log, progress=progress, handoff_settings=config.handoff,
+        bench_settings=config.bench,
+    )
+    run = Run(config, algorithm, engine, tokenizer, reference, backend, router, data.tasks,
+              sampler, prompt_format, sampling, accum, opt_steps,
+              r.logprob_micro_batch or t.micro_batch_size, needs_old,
+              hargo_contrast=state.hargo.get("running_contrast"))
+    saved: Path | None = checkpoint
+    with router, StopSignals() as stop, m.MetricsWriter(paths.metrics,
+                                                        _tb_dir(paths)) as writer:
+        if state.step == 0 and t.sft_steps:
+            warm_start(run, data, paths.sft / METRICS, t.sft_steps, stop, log)
+            if stop.requested:
+                return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
+        for step in range(state.step + 1, t.steps + 1):
+            record, rows = rl_step(run, step)
+            writer.write(record)
+            m.write_rollouts(paths.rollouts(step), rows)
+            if on_step is not None:
+                on_step(record)
+            state = _state(run, step, config_hash)
+            if (t.save_every and step % t.save_every == 0) or stop.requested:
+                saved = engine.save_checkpoint(paths.checkpoints, f"step_{step:06d}",
+                                               state.to_dict())
+            if stop.requested:
+                log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
+                return TrainResult(paths.root, paths.metrics, step, saved, None,
+                                   interrupted=True)
+        last = max(state.step, t.steps)
+        if saved is None or saved.name != f"step_{last:06d}":
+            saved = engine.save_checkpoint(paths.checkpoints, f"step_{last:06d}",
+                                           _state(run, last, config_hash).to_dict())
+    export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
+    write_atomic(paths.finished, json.dumps({
+        "step": last, "checkpoint": str(saved), "export": str(export),
+        "metrics": str(paths.metrics)}, indent=1) + "\n")
+    return TrainResult(paths.root, paths.metrics, last, saved, export)
+
+
+def _tb_dir(paths: RunPaths) -> Path:
+    return paths.root / TENSORBOARD
+
+
+def _state(run: Run, step: int, config_hash: str) -> ckpt.TrainerState:
+    hargo = {} if run.hargo_contrast is None else {"running_contrast": run.hargo_contrast}
+    return ckpt.TrainerState(step=step, config_hash=config_hash,
+                             sampler=run.sampler.state_dict(), hargo=hargo, handoff_step=step,
+                             extra={"sft_done": True})
+
+
+def _check_references(data: Data) -> None:
+    for name, examples in data.train.items():
+        if not any(e.output for e in examples):
+            raise TrainError(f"algorithm sft trains on reference answers; task {name} has "
+                             "none (its SFT corpus is for `hargo sft` / training.sft_steps)")
+
+
+def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:
+    """The HF export: the engine's (gathered under ZeRO-3); with LoRA the adapters merged
+    into a copy of the base (models.export_hf)."""
+    if not lora:
+        return Path(engine.export_hf(out, tokenizer))
+    from hargo_hpc.train.models import export_hf
+
+    with engine.gathered_parameters():
+        if distributed.is_main():
+            export_hf(engine.module, tokenizer, out)
+    distributed.barrier()
+    return out
+
+
+# ---------------------------------------------------------------- one RL step
+
+
+def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One RL step (the phases of the module docstring); returns the metrics record and the
+    rollout rows."""
+    cfg, alg, engine = run.config, run.algorithm, run.engine
+    G, max_new = cfg.rollout.num_generations, cfg.rollout.max_new_tokens
+    timer = m.PhaseTimer()
+    lr = engine.lr  # what this step's first optimizer step uses
+
+    with timer("gen"):
+        examples = run.sampler.batch(cfg.rollout.prompts_per_step)
+        prompts = [run.prompt_of(e) for e in examples]
+        gen = run.backend.generate(prompts, G, run.sampling)
+    rows = [e for e in examples for _ in range(G)]
+    mask = gen.completion_mask.bool()
+    lengths = gen.completion_lengths
+    groups = gen.group_index
+    device = gen.completion_ids.device
+
+    with timer("reward"):
+        scores = run.router.score(step, rows, gen.texts)
+        task_rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=device)
+        scored = torch.tensor(scores.scored, dtype=torch.bool, device=device)
+        rewards = task_rewards.clone()
+        overlong = torch.zeros_like(rewards)
+        buffer = alg.overlong_buffer_tokens(max_new)
+        if buffer > 0:
+            overlong = overlong_penalty(lengths, max_length=max_new, buffer=buffer,
+                                        factor=alg.overlong_penalty).to(rewards)
+            rewards = rewards + overlong
+
+    with timer("old_log_prob"):
+        old = _logprobs(run, engine.module, gen) if run.needs_old else None
+
+    with timer("ref"):
+        ref = _logprobs(run, run.reference, gen) if run.reference is not None else None
+
+    with timer("adv"):
+        kl_penalty = torch.zeros_like(rewards)
+        if alg.kl_in_reward and alg.kl_coef > 0:
+            assert old is not None and ref is not None
+            shaped = kl_penalized_rewards(rewards, old, ref, mask, kl_coef=alg.kl_coef,
+                                          kl_estimator=alg.kl_estimator)  # type: ignore[arg-type]
+            kl_penalty = rewards - shaped
+            rewards = shaped
+        keep = scored.clone()
+        dyn: dict[str, float] = {}
+        if alg.dynamic_sampling:
+            informative, dyn = dynamic_sampling_filter(rewards[scored], groups[scored])
+            keep[scored.nonzero().squeeze(-1)] = informative.to(device)
+        idx = keep.nonzero().squeeze(-1)
+        advantages = torch.zeros_like(rewards)
+        if alg.estimator is not None and idx.numel():
+            advantages[idx] = compute_advantages(alg.estimator, rewards[idx], groups[idx])
+        weights, hargo_stats = None, {}
+        if alg.hargo is not None and idx.numel():
+            assert ref is not None
+            w, hargo_stats = hargo_weights(
+                rewards[idx], groups[idx], ref[idx], mask[idx], advantages=advantages[idx],
+                running_contrast=run.hargo_contrast, **alg.hargo.to_dict())
+            weights = torch.ones_like(rewards)
+            weights[idx] = w.to(rewards)
+            run.hargo_contrast = float(hargo_stats["contrast_ref"])
+    loss_mask = mask & keep[:, None]
+
+    with timer("update_actor"):
+        batch = UpdateBatch(gen.input_ids, gen.attention_mask, gen.completion_start, loss_mask,
+                            keep, rewards, groups, advantages, weights, old, ref, examples)
+        update = UPDATES[alg.loss](run, batch)
+
+    # ------------------------------------------------ the log (task labels only from here on)
+    tasks = [e.task for e in rows]
+    task_list = m.as_float_list(task_rewards)
+    scored_list = [bool(s) for s in scores.scored]
+    length_list = [int(n) for n in lengths.cpu()]
+    weight_list = m.per_row(weights)
+    record: dict[str, Any] = dict.fromkeys(m.STEP_KEYS)
+    record.update(step=step, optimizer_steps=engine.optimizer_steps, learning_rate=lr)
+    record.update(m.reward_stats(task_list, scored_list, [int(g) for g in groups.cpu()]))
+    record.update({
+        "reward_shaped": m.masked_mean(rewards, scored.float()),
+        "rewards/scored": float(sum(scored_list)),
+        "rewards/unscored": float(len(scored_list) - sum(scored_list)),
+        "rewards/overlong_penalty": float(overlong.mean()),
+        "rewards/kl_penalty": float(kl_penalty.mean()),
+        "rows/in_loss": float(keep.sum()),
+        "advantages/abs_mean": m.masked_mean(advantages.abs(), keep.float()),
+    })
+    record.update(m.completion_stats(length_list, [bool(x) for x in gen.truncated.cpu()]))
+    if dyn:
+        record["dynamic_sampling/dropped_group_fraction"] = dyn["dropped_group_fraction"]
+        record["dynamic_sampling/dropped_response_fraction"] = dyn["dropped_response_fraction"]
+    if weights is not None and hargo_stats:
+        kept_w = weights[idx]
+        record.update({
+            "hargo/weight_mean": float(kept_w.mean()), "hargo/weight_min": float(kept_w.min()),
+            "hargo/weight_max": float(kept_w.max()), "hargo/weight_std": hargo_stats["weight_std"],
+            "hargo/contrast_ref": hargo_stats["contrast_ref"],
+            "hargo/zero_contrast_fraction": hargo_stats["zero_contrast_fraction"],
+        })
+    record.update(update)
+    keep_list = [bool(k) for k in keep.cpu()]
+    task_weights = None if weight_list is None else [
+        w if k else None for w, k in zip(weight_list, keep_list, strict=True)]
+    record.update(_task_stats(tasks, task_list, scored_list, length_list, task_weights))
+    record.update(_task_metrics(run, rows, gen.texts, scores.records))
+    record.update(m.status_histogram(scores.records))
+    num_tokens = float(gen.attention_mask.sum())
+    timing = timer.record()
+    timing["timing_s/reward_wait"] = scores.wait_s
+    record.update(timing)
+    record["num_tokens"] = num_tokens
+    record["tokens_per_s"] = num_tokens / max(timing["timing_s/step"], 1e-9)
+
+    rollout_rows = []
+    for i, example in enumerate(rows):
+        rollout_rows.append({
+            "step": step, "index": i, "group": int(groups[i]), "task": example.task,
+            "id": example.id, "prompt": prompts[i // G], "completion": gen.texts[i],
+            "reward": task_list[i], "scored": scored_list[i], "in_loss": keep_list[i],
+            "advantage": float(advantages[i]),
+            "weight": None if weight_list is None else weight_list[i],
+            "length": length_list[i], "truncated": bool(gen.truncated[i]),
+            "status": None if scores.records[i] is None else scores.records[i].get("status"),
+        })
+    return record, rollout_rows
+
+
+def _task_stats(tasks: list[str], rewards: list[float], scored: list[bool],
+                lengths: list[int], weights: list[float | None] | None) -> dict[str, Any]:
+    """Per-task statistics; weights only over the rows in the loss (None elsewhere)."""
+    out = m.task_stats(tasks, rewards, scored, lengths, None)
+    if weights is not None:
+        for name in dict.fromkeys(tasks):
+            w = [x for x, t in zip(weights, tasks, strict=True) if t == name and x is not None]
+            out[f"tasks/{name}/weight_mean"] = sum(w) / len(w) if w else None
+            out[f"tasks/{name}/weight_min"] = min(w) if w else None
+            out[f"tasks/{name}/weight_max"] = max(w) if w else None
+    return out
+
+
+def _task_metrics(run: Run, rows: Sequence[Example], texts: Sequence[str],
+                  records: Sequence[dict[str, Any] | None]) -> dict[str, float]:
+    """Each task's own metrics over this step's completions (bench records for remote tasks:
+    only the scored ones)."""
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(e.task for e in rows):
+        task = run.tasks[name]
+        picked = [i for i, e in enumerate(rows) if e.task == name
+                  and (not task.remote or records[i] is not None)]
+        if not picked:
+            continue
+        predictions: list[Any] = [records[i] if task.remote else texts[i] for i in picked]
+        out.update(m.task_metrics(name, task.metrics([rows[i] for i in picked], predictions)))
+    return out
+
+
+def _logprobs(run: Run, model: torch.nn.Module | None, gen: Any) -> Tensor:
+    """Token log-probs of the completions under `model`, no gradient, in micro-batches (the
+    policy with its ZeRO-3 weights gathered once)."""
+    assert model is not None
+    gather = run.engine.gathered_parameters() if model is run.engine.module else (
+        contextlib.nullcontext())
+    with gather:
+        return token_logprobs(model, gen.input_ids, gen.attention_mask, gen.completion_start,
+                              run.logprob_micro, temperature=run.sampling.temperature)
+
+
+# ---------------------------------------------------------------- the updates
+
+
+@dataclass
+class UpdateBatch:
+    """The rollout batch as the update sees it: rows not in the loss have `loss_mask` 0."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    completion_start: int
+    loss_mask: Tensor  # [N, T] bool
+    keep: Tensor  # [N] bool: rows in the loss
+    rewards: Tensor
+    groups: Tensor
+    advantages: Tensor
+    weights: Tensor | None
+    old: Tensor | None
+    ref: Tensor | None
+    examples: list[Example]  # the step's prompts (one per group)
+
+
+def _plan(items: Sequence[Any], opt_steps: int, accum: int) -> list[list[list[Any]]]:
+    """Optimizer steps → micro-batches → items: consecutive, as even as possible."""
+    return [split(chunk, accum) for chunk in split(items, opt_steps)]
+
+
+@contextlib.contextmanager
+def _training(engine: Any) -> Iterator[None]:
+    engine.train()
+    try:
+        yield
+    finally:
+        engine.eval()
+
+
+def _finish(engine: Any, grad_norms: list[float], losses: list[float]) -> dict[str, Any]:
+    return {"loss": sum(losses) / len(losses) if losses else None,
+            "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else None}
+
+
+def _step_engine(engine: Any, grad_norms: list[float]) -> None:
+    if engine.step() and engine.grad_norm is not None:
+        grad_norms.append(engine.grad_norm)
+
+
+def policy_update(run: Run, batch: UpdateBatch) -> dict[str, Any]:
+    """PPO-clip or plain policy gradient (`policy_loss` with the preset's kwargs); the
+    denominators are the optimizer step's kept tokens and kept rows."""
+    engine, alg = run.engine, run.algorithm
+    kwargs = alg.policy_loss_kwargs(run.config.rollout.max_new_tokens)
+    stats, entropy = m.WeightedMean(), m.WeightedMean()
+    grad_norms: list[float] = []
+    losses: list[float] = []
+    pg_losses: list[float] = []
+    rows = list(range(batch.input_ids.shape[0]))
+    with _training(engine):
+        for iteration in range(run.config.training.num_iterations):
+            for step_rows in _plan(rows, run.opt_steps, run.accum):
+                flat = [i for micro in step_rows for i in micro]
+                num_tokens = float(batch.loss_mask[flat].sum())
+                num_seqs = int(batch.keep[flat].sum())
+                step_loss = step_pg = 0.0
+                for micro in step_rows:
+                    index = torch.tensor(micro, device=batch.input_ids.device)
+                    lp, ent = token_logprobs_and_entropy(
+                        engine, batch.input_ids[index], batch.attention_mask[index],
+                        batch.completion_start, len(micro),
+                        temperature=run.sampling.temperature, grad=True)
+                    part = batch.loss_mask[index]
+                    loss, s = policy_loss(
+                        lp, None if batch.old is None else batch.old[index],
+                        batch.advantages[index], part,
+                        ref_logprobs=None if batch.ref is None else batch.ref[index],
+                        weights=None if batch.weights is None else batch.weights[index],
+                        num_tokens=num_tokens, num_seqs=num_seqs, **kwargs)
+                    tokens = float(part.sum())
+                    step_pg += s.pop("pg_loss")
+                    stats.add(s, tokens)
+                    if iteration == 0:
+                        entropy.add({"entropy": m.masked_mean(ent.detach(), part.float())},
+                                    tokens)
+                    step_loss += engine.backward(loss)
+                    _step_engine(engine, grad_norms)
+                losses.append(step_loss)
+                pg_losses.append(step_pg)
+    low, high = stats.get("clip_frac_low"), stats.get("clip_frac_high")
+    out = _finish(engine, grad_norms, losses)
+    out.update({
+        "pg_loss": sum(pg_losses) / len(pg_losses) if pg_losses else None,
+        "kl": stats.get("kl"),
+        "entropy": entropy.get("entropy"), "approx_kl": stats.get("approx_kl"),
+        "ratio_mean": stats.get("ratio_mean"),
+        "clip_ratio/low_mean": low, "clip_ratio/high_mean": high,
+        "clip_ratio/region_mean": None if low is None or high is None else low + high,
+        "clip_ratio/dual": stats.get("dual_clip_frac"),
+    })
+    return out
+
+
+def dpo_update(run: Run, batch: UpdateBatch) -> dict[str, Any]:
+    """DPO on one pair per group (best vs worst reward among the rows in the loss); each
+    micro-batch holds whole pairs, its mean loss scaled by its share of the optimizer step's
+    pairs."""
+    engine = run.engine
+    assert batch.ref is not None
+    idx = batch.keep.nonzero().squeeze(-1)
+    chosen, rejected = dpo_pairs(batch.rewards[idx], batch.groups[idx])
+    pairs = list(zip(idx[chosen].tolist(), idx[rejected].tolist(), strict=True))
+    stats = m.WeightedMean()
+    grad_norms: list[float] = []
+    losses: list[float] = []
+    with _training(engine):
+        for _ in range(run.config.training.num_iterations):
+            for step_pairs in _plan(pairs, run.opt_steps, run.accum):
+                total = sum(len(micro) for micro in step_pairs)
+                step_loss = 0.0
+                for micro in step_pairs:
+                    rows = [i for pair in micro for i in pair] or [0]
+                    index = torch.tensor(rows, device=batch.input_ids.device)
+                    lp = token_logprobs(engine, batch.input_ids[index],
+                                        batch.attention_mask[index], batch.completion_start,
+                                        len(rows), temperature=run.sampling.temperature,
+                                        grad=True)
+                    if micro:
+                        k = len(micro)
+                        loss, s = dpo_loss(
+                            lp, batch.ref[index], batch.loss_mask[index],
+                            torch.tensor([1.0, 0.0] * k, device=lp.device),
+                            torch.arange(k, device=lp.device).repeat_interleave(2),
+                            beta=run.algorithm.dpo_beta)
+                        loss = loss * (k / total)
+                        stats.add(s, float(k))
+                    else:  # no pair here: a zero loss keeps the engine's micro-batch count
+                        loss = lp.sum() * 0.0
+                    step_loss += engine.backward(loss)
+                    _step_engine(engine, grad_norms)
+                losses.append(step_loss)
+    out = _finish(engine, grad_norms, losses)
+    out.update({"dpo/pairs": float(len(pairs)),
+                "dpo/reward_accuracy": stats.get("reward_accuracy"),
+                "dpo/margin": stats.get("margin"), "dpo/chosen_reward": stats.get("chosen_reward"),
+                "dpo/rejected_reward": stats.get("rejected_reward")})
+    return out
+
+
+def sft_preset_update(run: Run, batch: UpdateBatch) -> dict[str, Any]:
+    """The `sft` preset: supervised steps on the reference answers of the step's prompts (the
+    rollout is still sampled and rewarded, for metrics comparable with the RL methods)."""
+    engine = run.engine
+    items = [SftItem(e.task, run.tasks[e.task].user_text(e), e.output) for e in batch.examples]
+    full = build_sft_batch(items, run.tokenizer, run.prompt_format,
+                           max_target_tokens=run.config.rollout.max_new_tokens,
+                           device=batch.input_ids.device)
+    grad_norms: list[float] = []
+    losses: list[float] = []
+    nll = m.WeightedMean()
+    tokens = 0.0
+    with _training(engine):
+        for _ in range(run.config.training.num_iterations):
+            for chunk in split(list(range(len(items))), run.opt_steps):
+                index = torch.tensor(chunk or [0], device=full.input_ids.device)
+                part = SftBatch(full.input_ids[index], full.attention_mask[index],
+                                full.completion_start)
+                s = sft_update(engine, part, accum=run.accum, agg=run.algorithm.agg)
+                if engine.grad_norm is not None:
+                    grad_norms.append(engine.grad_norm)
+                losses.append(s["loss"])
+                nll.add({"nll": s["nll"]}, s["tokens"])
+                tokens = s["tokens"]
+    out = _finish(engine, grad_norms, losses)
+    out.update({"sft/nll": nll.get("nll"), "sft/tokens": tokens})
+    return out
+
+
+UPDATES: Mapping[str, Callable[[Run, UpdateBatch], dict[str, Any]]] = {
+    "ppo": policy_update,
+    "pg": policy_update,
+    "dpo": dpo_update,
+    "sft": sft_preset_update,
+}
+
+
+# ---------------------------------------------------------------- SFT warm start
+
+
+def sft_data(data: Data) -> list[SftItem]:
+    """Every task's SFT rows (reference answers; GEMM's corpus) over the training split."""
+    items: list[SftItem] = []
+    try:
+        for name, examples in data.train.items():
+            items.extend(sft_items(data.tasks[name], examples))
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    return items
+
+
+def warm_start(run: Run, data: Data, path: Path, steps: int, stop: StopSignals,
+               log: Log) -> None:
+    """`steps` SFT optimizer steps (training.sft_steps) before RL, logged to `path`."""
+    sft_loop(run.engine, run.tokenizer, run.prompt_format, sft_data(data),
+             seed=run.config.run.seed, steps=steps, accum=run.accum,
+             micro_batch_size=run.config.training.micro_batch_size,
+             max_target_tokens=run.config.rollout.max_new_tokens, path=path, stop=stop)
+    log(f"SFT warm start: {steps} steps done ({path})")
+
+
+def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftItem], *,
+             seed: int, steps: int, accum: int, micro_batch_size: int,
+             max_target_tokens: int, path: Path, stop: StopSignals | None = None,
+             on_step: Callable[[dict[str, Any]], object] | None = None) -> None:
+    """SFT steps of accum × micro_batch_size rows each, one metrics line per step."""
+    sampler = SftSampler(items, seed)
+    with m.MetricsWriter(path) as writer:
+        for step in range(1, steps + 1):
+            start, lr = time.perf_counter(), engine.lr
+            batch = build_sft_batch(sampler.batch(accum * micro_batch_size), tokenizer,
+                                    prompt_format, max_target_tokens=max_target_tokens,
+                                    device=engine.device)
+            with _training(engine):
+                stats = sft_update(engine, batch, accum=accum)
+            record = {"step": step, **stats, "grad_norm": engine.grad_norm,
+                      "learning_rate": lr,
+                      "timing_s/step": time.perf_counter() - start}
+            writer.write(record)
+            if on_step is not None:
+                on_step(record)
+            if stop is not None and stop.requested:
+                return
+
+
+def sft_run(config: ExperimentConfig, *, log: Log = print,
+            on_step: Callable[[dict[str, Any]], object] | None = None) -> TrainResult:
+    """`hargo sft`: training.sft_steps SFT steps from model.path into `<run dir>/sft/`
+    (metrics.jsonl, config.toml, the HF export in export/)."""
+    t = config.training
+    if t.sft_steps < 1:
+        raise TrainError("training.sft_steps is 0: set it to the number of SFT steps")
+    paths = RunPaths(config.run_dir() / SFT_DIR)
+    world = distributed.detect().world_size
+    if world > 1:
+        raise TrainError(f"{world} ranks: hargo sft trains on one process for now")
+    try:
+        accum = check_batch_shape(config.rollout, config.training, world)
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    if paths.finished.is_file() or paths.metrics.is_file():
+        raise TrainError(f"{paths.root} holds an SFT run already; set another run.name / "
+                         "run.dir or remove it")
+    seed_everything(config.run.seed)
+    data = load_data(config, log)
+    policy, tokenizer, _ = load_models(config, needs_reference=False)
+    prompt_format = _prompt_format(config, tokenizer)
+    items = sft_data(data)
+    save_resolved(config, paths.root)
+    engine = build_run_engine(config, policy, accum, t.sft_steps, paths.root)
+    with StopSignals() as stop:
+        sft_loop(engine, tokenizer, prompt_format, items, seed=config.run.seed,
+                 steps=t.sft_steps, accum=accum, micro_batch_size=t.micro_batch_size,
+                 max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics,
+                 stop=stop, on_step=on_step)
+    export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
+    records = m.read_records(paths.metrics)
+    write_atomic(paths.finished, json.dumps({"step": len(records), "export": str(export),
+                                             "metrics": str(paths.metrics)}, indent=1) + "\n")
+    return TrainResult(paths.root, paths.metrics, len(records), None, export,
+                       interrupted=bool(stop.requested))
+
+
+def sft_sample_texts(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int,
+                     seed: int = 0) -> list[str]:
+    """Greedy completions of `prompts` (for checks after SFT)."""
+    backend = HFGenerateBackend(model, tokenizer)
+    params = SamplingParams(max_new_tokens=max_new_tokens, do_sample=False, seed=seed)
+    return backend.generate(list(prompts), 1, params).texts
+

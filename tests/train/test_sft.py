@@ -1,0 +1,189 @@
+"""SFT: the row layout, the sampler's epochs and resume, micro-batches that add up, `hargo sft` on
+the GEMM corpus (loss down, the tiny model then writes `void gemm(`), and the warm start of
+`hargo train` (training.sft_steps)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hargo_hpc.cli import main
+from hargo_hpc.config import validate_config
+from hargo_hpc.tasks.corpus import load_corpus
+from hargo_hpc.tasks.gemm import Gemm
+from hargo_hpc.tasks.prompts import build_prompt
+from hargo_hpc.train import loop
+from hargo_hpc.train import metrics as m
+from hargo_hpc.train.engine import build_engine
+from hargo_hpc.train.models import load_policy
+from hargo_hpc.train.sft import (
+    SftItem,
+    SftSampler,
+    build_sft_batch,
+    sft_batch,
+    sft_items,
+    sft_update,
+    split,
+)
+
+torch.set_num_threads(1)
+
+
+def test_rows_are_laid_out_like_a_rollout() -> None:
+    _, tok = load_policy("tiny")
+    prompts, targets = ["What is a data race?", "Why?"], ["Two threads.", "No."]
+    batch = sft_batch(tok, prompts, targets, max_target_tokens=64, device=torch.device("cpu"))
+    p = [tok(x, add_special_tokens=False)["input_ids"] for x in prompts]
+    t = [tok(x, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for x in targets]
+    width_p, width_t = max(map(len, p)), max(map(len, t))
+    assert batch.completion_start == width_p
+    assert batch.input_ids.shape == (2, width_p + width_t)
+    for i in range(2):
+        row, mask = batch.input_ids[i].tolist(), batch.attention_mask[i].tolist()
+        assert row[width_p - len(p[i]):width_p] == p[i]  # left-padded prompt
+        assert row[width_p:width_p + len(t[i])] == t[i]  # target, then EOS
+        assert mask == ([0] * (width_p - len(p[i])) + [1] * len(p[i]) + [1] * len(t[i])
+                        + [0] * (width_t - len(t[i])))
+    cut = sft_batch(tok, prompts[:1], ["word " * 50], max_target_tokens=5,
+                    device=torch.device("cpu"))
+    assert int(cut.target_mask.sum()) == 5  # cut to 5 tokens: no room for the EOS
+    assert tok.eos_token_id not in cut.input_ids[0, cut.completion_start:].tolist()
+
+
+def test_sampler_epochs_and_resume() -> None:
+    items = [SftItem("t", f"q{i}", f"a{i}") for i in range(5)]
+    sampler = SftSampler(items, seed=3)
+    drawn = sampler.batch(7)
+    state = sampler.state_dict()
+    rest = sampler.batch(8)
+    sequence = drawn + rest
+    assert {x.user_text for x in sequence[:5]} == {x.user_text for x in sequence[5:10]} == {
+        f"q{i}" for i in range(5)}
+    assert [x.user_text for x in sequence[:5]] != [x.user_text for x in sequence[5:10]]
+    again = SftSampler(items, seed=3)
+    again.load_state_dict(state)
+    assert again.batch(8) == rest
+    with pytest.raises(ValueError, match="does not match"):
+        SftSampler(items[:4], seed=3).load_state_dict(state)
+
+
+def test_split_is_consecutive_and_even() -> None:
+    assert split(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split([1, 2], 4) == [[1], [2], [], []]
+
+
+def test_gemm_rows_come_from_the_corpus() -> None:
+    problems = Gemm.load_problems()
+    items = sft_items(Gemm(), problems)
+    kernels = load_corpus()
+    assert len(items) == len(problems) * len(kernels)
+    assert items[0].target == kernels[0].completion and "void gemm(" in items[0].target
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batches_add_up_to_one_step(agg: str) -> None:
+    """sft_update over 4 rows as 1 micro-batch or as 4: the same loss and the same weights."""
+    items = [SftItem("t", f"Question {i}?", "answer " * (i + 1)) for i in range(4)]
+    results = []
+    for accum in (1, 4):
+        model, tok = load_policy("tiny")
+        engine = build_engine(model, zero_stage=0, lr=1e-3, micro_batch_size=4 // accum,
+                              grad_accum=accum)
+        batch = build_sft_batch(items, tok, "alpaca", max_target_tokens=16,
+                                device=engine.device)
+        stats = sft_update(engine, batch, accum=accum, agg=agg)
+        assert engine.optimizer_steps == 1
+        stats["grad_norm"] = engine.grad_norm
+        results.append((stats, {k: v.detach().clone()
+                                for k, v in engine.module.state_dict().items()}))
+    (a, wa), (b, wb) = results
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    expected = sum(len(tok(x.target, add_special_tokens=False)["input_ids"]) + 1 for x in items)
+    assert b["tokens"] == a["tokens"] == float(expected)  # each target and its EOS
+    # Adam's first step is lr * g / (|g| + eps): round-off in a near-zero gradient component
+    # moves its weight by a fraction of lr, so the weights agree to 5% of lr
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 5e-5
+
+
+GEMM_SFT = """
+[run]
+name = "gemm-sft"
+dir = "{dir}"
+[model]
+path = "tiny"
+[[data.tasks]]
+name = "gemm"
+[data]
+eval_fraction = 0.0
+[rollout]
+num_generations = 1
+prompts_per_step = 2
+max_new_tokens = 96
+[training]
+lr = 1e-2
+micro_batch_size = 2
+zero_stage = 0
+sft_steps = 300
+"""
+
+
+def test_hargo_sft_on_the_gemm_corpus_teaches_the_signature(tmp_path: Path) -> None:
+    """300 steps of 2 kernels (cut to 96 tokens) at lr 1e-2: measured 16 s, loss 6.9 -> ~1.5,
+    5 of 5 greedy samples with `void gemm(` (4 steps of 4 rows: 3 of 5; lr 2e-2: 0)."""
+    job = tmp_path / "gemm_sft.toml"
+    job.write_text(GEMM_SFT.format(dir=tmp_path))
+    done = CliRunner().invoke(main, ["sft", str(job)])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("sft step 1/300  loss ")
+    out = tmp_path / "gemm-sft" / "sft"
+    assert lines[-2:] == [f"metrics: {out / 'metrics.jsonl'}", f"export: {out / 'export'}"]
+    records = m.read_records(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(1, 301))
+    assert set(m.SFT_KEYS) <= records[0].keys()
+    first, last = records[0]["loss"], sum(r["loss"] for r in records[-20:]) / 20
+    assert first > 6 and last < 0.4 * first
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    model = AutoModelForCausalLM.from_pretrained(out / "export")
+    tok = PreTrainedTokenizerFast.from_pretrained(out / "export")
+    task = Gemm()
+    prompts = [build_prompt(task.user_text(p), "auto", tok) for p in task.load_problems()]
+    samples = loop.sft_sample_texts(model, tok, prompts, max_new_tokens=200)
+    assert sum("void gemm(" in s for s in samples) >= 3, samples
+    again = CliRunner().invoke(main, ["sft", str(job)])
+    assert again.exit_code == 2 and again.stderr.startswith(f"error: {out} holds an SFT run")
+
+
+def test_warm_start_before_rl(tmp_path: Path) -> None:
+    cfg = validate_config({
+        "run": {"name": "warm", "dir": str(tmp_path)},
+        "model": {"path": "tiny"},
+        "data": {"tasks": [{"name": "mlperf_qa", "max_items": 8}], "eval_fraction": 0.0},
+        "rollout": {"num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 8},
+        "training": {"lr": 1e-3, "steps": 1, "sft_steps": 3, "micro_batch_size": 2,
+                     "warmup_steps": 2},
+    })
+    result = loop.train(cfg, log=lambda _: None, progress=False)
+    sft = m.read_records(result.run_dir / "sft" / "metrics.jsonl")
+    assert [r["step"] for r in sft] == [1, 2, 3]
+    assert all(r["sequences"] == 4 for r in sft)  # accum 2 x micro 2: one RL step's rows
+    # warmup over optimizer steps, SFT ones first: lr = 1e-3 (s + 1) / 3 for s = 0, 1, then 1e-3
+    assert [r["learning_rate"] for r in sft] == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3])
+    [rl] = m.read_records(result.metrics)
+    assert rl["optimizer_steps"] == 4 and rl["learning_rate"] == pytest.approx(1e-3)
+    assert json.loads((result.run_dir / loop.FINISHED).read_text())["step"] == 1
+
+
+def test_hargo_sft_needs_steps(tmp_path: Path) -> None:
+    job = tmp_path / "j.toml"
+    job.write_text(GEMM_SFT.format(dir=tmp_path).replace("sft_steps = 300", "sft_steps = 0"))
+    done = CliRunner().invoke(main, ["sft", str(job)])
+    assert done.exit_code == 2
+    assert done.stderr == "error: training.sft_steps is 0: set it to the number of SFT steps\n"
+    assert not (tmp_path / "gemm-sft").exists()
