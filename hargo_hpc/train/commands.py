@@ -11,8 +11,10 @@ stopped by SIGUSR1/SIGTERM after writing a checkpoint: run the same command with
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 import click
 
@@ -53,6 +55,19 @@ def _log(text: str) -> None:
     click.echo(text, err=True)
 
 
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[Callable[[str], None]]:
+    """For the `with`: what the ML libraries print on stdout (DeepSpeed's logger, which binds
+    stdout when first imported) goes to stderr, and their progress bars are off; the command's
+    own lines go to the real stdout through the function yielded."""
+    real: TextIO = sys.stdout
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    with contextlib.redirect_stdout(sys.stderr):
+        yield lambda line: click.echo(line, file=real)
+
+
 @click.command("train", context_settings=CONTEXT)
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
@@ -68,14 +83,14 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     from hargo_hpc.train import loop
 
     steps, every = cfg.training.steps, cfg.training.log_every
-
-    def show(record: dict[str, Any]) -> None:
-        if record["step"] % every == 0 or record["step"] == steps:
-            click.echo(progress_line(record, steps))
-
     try:
-        result = loop.train(cfg, resume=resume, log=_log, on_step=show,
-                            progress=sys.stderr.isatty())
+        with _quiet_stdout() as echo:
+            def show(record: dict[str, Any]) -> None:
+                if record["step"] % every == 0 or record["step"] == steps:
+                    echo(progress_line(record, steps))
+
+            result = loop.train(cfg, resume=resume, log=_log, on_step=show,
+                                progress=sys.stderr.isatty())
     except _user_errors() as err:
         raise UsageFailure(str(err)) from None
     if result.already_finished:
@@ -101,9 +116,10 @@ def sft(job: str, overrides: tuple[str, ...]) -> None:
 
     steps = cfg.training.sft_steps
     try:
-        result = loop.sft_run(cfg, log=_log, on_step=lambda r: click.echo(
-            f"sft step {r['step']}/{steps}  loss {r['loss']:.4f}  "
-            f"tokens {int(r['tokens'])}  {r['timing_s/step']:.2f} s"))
+        with _quiet_stdout() as echo:
+            result = loop.sft_run(cfg, log=_log, on_step=lambda r: echo(
+                f"sft step {r['step']}/{steps}  loss {r['loss']:.4f}  "
+                f"tokens {int(r['tokens'])}  {r['timing_s/step']:.2f} s"))
     except _user_errors() as err:
         raise UsageFailure(str(err)) from None
     click.echo(f"metrics: {result.metrics}")

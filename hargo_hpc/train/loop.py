@@ -19,9 +19,9 @@ One step, in verl's phase names (each timed as `timing_s/<phase>`):
                   step's full-batch loss (the engine's summed-loss convention)
 
 What the update does comes from the resolved preset (`algorithms.resolve_algorithm`): its
-`loss` picks the update (`UPDATES`: ppo/pg policy loss, dpo, sft), its fields the estimator,
-HARGO, KL, dynamic sampling and overlong shaping. Task labels never reach the algorithms: per-
-task statistics are computed from the step's rows afterwards, for the log.
+`loss` picks the update (`updates.UPDATES`: ppo/pg policy loss, dpo, sft), its other fields
+the estimator, HARGO, KL, dynamic sampling and overlong shaping. Task labels never reach the
+algorithms: per-task statistics are computed from the step's rows afterwards, for the log.
 
 Around the steps `train` validates the config (one-line `TrainError`), claims the run directory
 (a finished run is refused without `resume`; a resume must have the same config hash), loads
@@ -38,7 +38,7 @@ import json
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,7 @@ from torch import Tensor
 from hargo_hpc.algorithms.advantages import compute_advantages
 from hargo_hpc.algorithms.dapo import dynamic_sampling_filter, overlong_penalty
 from hargo_hpc.algorithms.hargo import hargo_weights
-from hargo_hpc.algorithms.losses import kl_penalized_rewards, policy_loss
-from hargo_hpc.algorithms.preference import dpo_loss, dpo_pairs
+from hargo_hpc.algorithms.losses import kl_penalized_rewards
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
 from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
@@ -63,18 +62,11 @@ from hargo_hpc.tasks.split import MixtureSampler, split_examples
 from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.logprobs import token_logprobs, token_logprobs_and_entropy
+from hargo_hpc.train.logprobs import token_logprobs
 from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.settings import check_batch_shape
-from hargo_hpc.train.sft import (
-    SftBatch,
-    SftItem,
-    SftSampler,
-    build_sft_batch,
-    sft_items,
-    sft_update,
-    split,
-)
+from hargo_hpc.train.sft import SftItem, SftSampler, build_sft_batch, sft_items, sft_update
+from hargo_hpc.train.updates import UPDATES, UpdateBatch, UpdateContext, training_mode
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
 CHECKPOINTS, EXPORT, METRICS, ROLLOUTS = "checkpoints", "export", "metrics.jsonl", "rollouts"
@@ -153,12 +145,20 @@ class Run:
     hargo_contrast: float | None = None
     prompts: dict[str, str] = field(default_factory=dict)
 
+    def user_text(self, example: Example) -> str:
+        return self.tasks[example.task].user_text(example)
+
+    def update_context(self) -> UpdateContext:
+        return UpdateContext(
+            self.engine, self.algorithm, self.config.training.num_iterations, self.opt_steps,
+            self.accum, self.sampling.temperature, self.config.rollout.max_new_tokens,
+            self.tokenizer, self.prompt_format, self.user_text)
+
     def prompt_of(self, example: Example) -> str:
         text = self.prompts.get(example.id)
         if text is None:
-            user = self.tasks[example.task].user_text(example)
-            text = self.prompts[example.id] = build_prompt(user, self.prompt_format,
-                                                           self.tokenizer)
+            text = self.prompts[example.id] = build_prompt(self.user_text(example),
+                                                           self.prompt_format, self.tokenizer)
         return text
 
 
@@ -529,7 +529,7 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     with timer("update_actor"):
         batch = UpdateBatch(gen.input_ids, gen.attention_mask, gen.completion_start, loss_mask,
                             keep, rewards, groups, advantages, weights, old, ref, examples)
-        update = UPDATES[alg.loss](run, batch)
+        update = UPDATES[alg.loss](run.update_context(), batch)
 
     # ------------------------------------------------ the log (task labels only from here on)
     tasks = [e.task for e in rows]
@@ -629,188 +629,6 @@ def _logprobs(run: Run, model: torch.nn.Module | None, gen: Any) -> Tensor:
                               run.logprob_micro, temperature=run.sampling.temperature)
 
 
-# ---------------------------------------------------------------- the updates
-
-
-@dataclass
-class UpdateBatch:
-    """The rollout batch as the update sees it: rows not in the loss have `loss_mask` 0."""
-
-    input_ids: Tensor
-    attention_mask: Tensor
-    completion_start: int
-    loss_mask: Tensor  # [N, T] bool
-    keep: Tensor  # [N] bool: rows in the loss
-    rewards: Tensor
-    groups: Tensor
-    advantages: Tensor
-    weights: Tensor | None
-    old: Tensor | None
-    ref: Tensor | None
-    examples: list[Example]  # the step's prompts (one per group)
-
-
-def _plan(items: Sequence[Any], opt_steps: int, accum: int) -> list[list[list[Any]]]:
-    """Optimizer steps → micro-batches → items: consecutive, as even as possible."""
-    return [split(chunk, accum) for chunk in split(items, opt_steps)]
-
-
-@contextlib.contextmanager
-def _training(engine: Any) -> Iterator[None]:
-    engine.train()
-    try:
-        yield
-    finally:
-        engine.eval()
-
-
-def _finish(engine: Any, grad_norms: list[float], losses: list[float]) -> dict[str, Any]:
-    return {"loss": sum(losses) / len(losses) if losses else None,
-            "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else None}
-
-
-def _step_engine(engine: Any, grad_norms: list[float]) -> None:
-    if engine.step() and engine.grad_norm is not None:
-        grad_norms.append(engine.grad_norm)
-
-
-def policy_update(run: Run, batch: UpdateBatch) -> dict[str, Any]:
-    """PPO-clip or plain policy gradient (`policy_loss` with the preset's kwargs); the
-    denominators are the optimizer step's kept tokens and kept rows."""
-    engine, alg = run.engine, run.algorithm
-    kwargs = alg.policy_loss_kwargs(run.config.rollout.max_new_tokens)
-    stats, entropy = m.WeightedMean(), m.WeightedMean()
-    grad_norms: list[float] = []
-    losses: list[float] = []
-    pg_losses: list[float] = []
-    rows = list(range(batch.input_ids.shape[0]))
-    with _training(engine):
-        for iteration in range(run.config.training.num_iterations):
-            for step_rows in _plan(rows, run.opt_steps, run.accum):
-                flat = [i for micro in step_rows for i in micro]
-                num_tokens = float(batch.loss_mask[flat].sum())
-                num_seqs = int(batch.keep[flat].sum())
-                step_loss = step_pg = 0.0
-                for micro in step_rows:
-                    index = torch.tensor(micro, device=batch.input_ids.device)
-                    lp, ent = token_logprobs_and_entropy(
-                        engine, batch.input_ids[index], batch.attention_mask[index],
-                        batch.completion_start, len(micro),
-                        temperature=run.sampling.temperature, grad=True)
-                    part = batch.loss_mask[index]
-                    loss, s = policy_loss(
-                        lp, None if batch.old is None else batch.old[index],
-                        batch.advantages[index], part,
-                        ref_logprobs=None if batch.ref is None else batch.ref[index],
-                        weights=None if batch.weights is None else batch.weights[index],
-                        num_tokens=num_tokens, num_seqs=num_seqs, **kwargs)
-                    tokens = float(part.sum())
-                    step_pg += s.pop("pg_loss")
-                    stats.add(s, tokens)
-                    if iteration == 0:
-                        entropy.add({"entropy": m.masked_mean(ent.detach(), part.float())},
-                                    tokens)
-                    step_loss += engine.backward(loss)
-                    _step_engine(engine, grad_norms)
-                losses.append(step_loss)
-                pg_losses.append(step_pg)
-    low, high = stats.get("clip_frac_low"), stats.get("clip_frac_high")
-    out = _finish(engine, grad_norms, losses)
-    out.update({
-        "pg_loss": sum(pg_losses) / len(pg_losses) if pg_losses else None,
-        "kl": stats.get("kl"),
-        "entropy": entropy.get("entropy"), "approx_kl": stats.get("approx_kl"),
-        "ratio_mean": stats.get("ratio_mean"),
-        "clip_ratio/low_mean": low, "clip_ratio/high_mean": high,
-        "clip_ratio/region_mean": None if low is None or high is None else low + high,
-        "clip_ratio/dual": stats.get("dual_clip_frac"),
-    })
-    return out
-
-
-def dpo_update(run: Run, batch: UpdateBatch) -> dict[str, Any]:
-    """DPO on one pair per group (best vs worst reward among the rows in the loss); each
-    micro-batch holds whole pairs, its mean loss scaled by its share of the optimizer step's
-    pairs."""
-    engine = run.engine
-    assert batch.ref is not None
-    idx = batch.keep.nonzero().squeeze(-1)
-    chosen, rejected = dpo_pairs(batch.rewards[idx], batch.groups[idx])
-    pairs = list(zip(idx[chosen].tolist(), idx[rejected].tolist(), strict=True))
-    stats = m.WeightedMean()
-    grad_norms: list[float] = []
-    losses: list[float] = []
-    with _training(engine):
-        for _ in range(run.config.training.num_iterations):
-            for step_pairs in _plan(pairs, run.opt_steps, run.accum):
-                total = sum(len(micro) for micro in step_pairs)
-                step_loss = 0.0
-                for micro in step_pairs:
-                    rows = [i for pair in micro for i in pair] or [0]
-                    index = torch.tensor(rows, device=batch.input_ids.device)
-                    lp = token_logprobs(engine, batch.input_ids[index],
-                                        batch.attention_mask[index], batch.completion_start,
-                                        len(rows), temperature=run.sampling.temperature,
-                                        grad=True)
-                    if micro:
-                        k = len(micro)
-                        loss, s = dpo_loss(
-                            lp, batch.ref[index], batch.loss_mask[index],
-                            torch.tensor([1.0, 0.0] * k, device=lp.device),
-                            torch.arange(k, device=lp.device).repeat_interleave(2),
-                            beta=run.algorithm.dpo_beta)
-                        loss = loss * (k / total)
-                        stats.add(s, float(k))
-                    else:  # no pair here: a zero loss keeps the engine's micro-batch count
-                        loss = lp.sum() * 0.0
-                    step_loss += engine.backward(loss)
-                    _step_engine(engine, grad_norms)
-                losses.append(step_loss)
-    out = _finish(engine, grad_norms, losses)
-    out.update({"dpo/pairs": float(len(pairs)),
-                "dpo/reward_accuracy": stats.get("reward_accuracy"),
-                "dpo/margin": stats.get("margin"), "dpo/chosen_reward": stats.get("chosen_reward"),
-                "dpo/rejected_reward": stats.get("rejected_reward")})
-    return out
-
-
-def sft_preset_update(run: Run, batch: UpdateBatch) -> dict[str, Any]:
-    """The `sft` preset: supervised steps on the reference answers of the step's prompts (the
-    rollout is still sampled and rewarded, for metrics comparable with the RL methods)."""
-    engine = run.engine
-    items = [SftItem(e.task, run.tasks[e.task].user_text(e), e.output) for e in batch.examples]
-    full = build_sft_batch(items, run.tokenizer, run.prompt_format,
-                           max_target_tokens=run.config.rollout.max_new_tokens,
-                           device=batch.input_ids.device)
-    grad_norms: list[float] = []
-    losses: list[float] = []
-    nll = m.WeightedMean()
-    tokens = 0.0
-    with _training(engine):
-        for _ in range(run.config.training.num_iterations):
-            for chunk in split(list(range(len(items))), run.opt_steps):
-                index = torch.tensor(chunk or [0], device=full.input_ids.device)
-                part = SftBatch(full.input_ids[index], full.attention_mask[index],
-                                full.completion_start)
-                s = sft_update(engine, part, accum=run.accum, agg=run.algorithm.agg)
-                if engine.grad_norm is not None:
-                    grad_norms.append(engine.grad_norm)
-                losses.append(s["loss"])
-                nll.add({"nll": s["nll"]}, s["tokens"])
-                tokens = s["tokens"]
-    out = _finish(engine, grad_norms, losses)
-    out.update({"sft/nll": nll.get("nll"), "sft/tokens": tokens})
-    return out
-
-
-UPDATES: Mapping[str, Callable[[Run, UpdateBatch], dict[str, Any]]] = {
-    "ppo": policy_update,
-    "pg": policy_update,
-    "dpo": dpo_update,
-    "sft": sft_preset_update,
-}
-
-
 # ---------------------------------------------------------------- SFT warm start
 
 
@@ -847,7 +665,7 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
             batch = build_sft_batch(sampler.batch(accum * micro_batch_size), tokenizer,
                                     prompt_format, max_target_tokens=max_target_tokens,
                                     device=engine.device)
-            with _training(engine):
+            with training_mode(engine):
                 stats = sft_update(engine, batch, accum=accum)
             record = {"step": step, **stats, "grad_norm": engine.grad_norm,
                       "learning_rate": lr,

@@ -304,3 +304,47 @@ def test_kill_9_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(
     wa = load_file(tmp_path / "whole" / "export" / "model.safetensors")
     wb = load_file(tmp_path / "cut" / "export" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# ---------------------------------------------------------------- engines, LoRA, prompts
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_zero_stages_train_and_export(tmp_path: Path, stage: int) -> None:
+    result, records = run(make_config(tmp_path, training={"steps": 2, "zero_stage": stage}))
+    assert all(math.isfinite(r["loss"]) and r["grad_norm"] > 0 for r in records)
+    assert changed(initial_weights(), exported(result)) > 0
+    config = json.loads((result.run_dir / "deepspeed_config.json").read_text())
+    assert config["zero_optimization"]["stage"] == stage
+
+
+def test_lora_trains_adapters_and_exports_a_merged_model(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    result, records = run(make_config(tmp_path, model={"lora_r": 4, "lora_alpha": 8.0},
+                                      training={"lr": 1e-2}))
+    assert records[-1]["grad_norm"] > 0
+    after, before = exported(result), initial_weights()
+    assert after.keys() == before.keys()  # merged: a plain model, no adapter tensors
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(any(t in k for t in ("q_proj", "k_proj", "v_proj", "o_proj"))
+                         for k in moved)  # only the adapted projections changed
+    AutoModelForCausalLM.from_pretrained(result.export)
+
+
+def test_long_prompts_are_dropped_and_counted(tmp_path: Path) -> None:
+    lines: list[str] = []
+    cfg = make_config(tmp_path, model={"max_prompt_tokens": 40})
+    result = loop.train(cfg, log=lines.append, progress=False)
+    [line] = [x for x in lines if "longer than model.max_prompt_tokens" in x]
+    dropped, total = map(int, re.search(r"dropped (\d+) of (\d+)", line).groups())
+    assert 0 < dropped < total == 12
+    from hargo_hpc.train.models import load_policy
+
+    _, tokenizer = load_policy("tiny")
+    prompts = {r["prompt"] for step in (1, 2)
+               for r in m.read_records(result.run_dir / "rollouts" / f"step_{step:06d}.jsonl")}
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    assert lengths and max(lengths) <= 40
+    with pytest.raises(loop.TrainError, match="every training prompt is longer"):
+        run(make_config(tmp_path, "short", model={"max_prompt_tokens": 5}))

@@ -5,6 +5,8 @@ overwritten."""
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -105,3 +107,69 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, overrides: list[str],
     assert done.stderr.startswith(message), done.stderr
     assert len(done.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+SIGNALLED = """
+[run]
+name = "sig"
+dir = "{dir}"
+[model]
+path = "tiny"
+[[data.tasks]]
+name = "mlperf_qa"
+max_items = 8
+[rollout]
+num_generations = 2
+prompts_per_step = 2
+max_new_tokens = 8
+[training]
+lr = 1e-3
+steps = 12
+micro_batch_size = 4
+"""
+
+
+def _stop_with(sig: signal.Signals, args: list[str], env: dict[str, str], metrics: Path,
+               after: int) -> tuple[int, str, str]:
+    """Start `hargo train ARGS`, send `sig` once metrics.jsonl has `after` records; returns
+    (exit code, stdout, stderr)."""
+    proc = subprocess.Popen([HARGO, "train", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= after):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def test_stop_signals_checkpoint_and_exit_75_then_resume_finishes(tmp_path: Path) -> None:
+    """SIGUSR1 stops a run after a checkpoint (exit 75); SIGTERM stops its resumed run the
+    same way; a second --resume finishes: every step logged once."""
+    job = tmp_path / "sig.toml"
+    job.write_text(SIGNALLED.format(dir=tmp_path))
+    env = {k: v for k, v in os.environ.items() if k not in STANDARD}
+    env["OMP_NUM_THREADS"] = "1"
+    metrics = tmp_path / "sig" / "metrics.jsonl"
+    stopped = 0
+    for sig, args in ((signal.SIGUSR1, [str(job)]), (signal.SIGTERM, [str(job), "--resume"])):
+        code, out, err = _stop_with(sig, args, env, metrics, stopped + 1)
+        assert code == 75, err[-2000:]
+        found = re.search(r"stopped at step (\d+); continue with: hargo train (\S+) --resume",
+                          out)
+        assert found and found.group(2) == str(job)
+        assert stopped < int(found.group(1)) < 12
+        if stopped:
+            assert out.startswith(f"step {stopped + 1}/12 ")  # continued where it stopped
+        stopped = int(found.group(1))
+        assert f"{sig.name}: checkpoint " in err
+        latest = tmp_path / "sig" / "checkpoints" / "latest"
+        assert latest.read_text() == f"step_{stopped:06d}"
+        assert [r["step"] for r in m.read_records(metrics)] == list(range(1, stopped + 1))
+        assert not (tmp_path / "sig" / "finished.json").exists()
+    done = subprocess.run([HARGO, "train", str(job), "--resume"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"step {stopped + 1}/12 ")
+    assert [r["step"] for r in m.read_records(metrics)] == list(range(1, 13))

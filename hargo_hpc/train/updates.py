@@ -1,0 +1,229 @@
+"""The updates of an RL step, one per kind of loss a preset names (`ResolvedAlgorithm.loss`).
+
+`UPDATES[loss](context, batch)` runs `num_iterations` passes over the step's rollout batch and
+returns the step's update statistics (metric names of docs/training.md):
+
+    ppo, pg   policy_update       policy_loss: PPO-clip / plain policy gradient, KL, weights
+    dpo       dpo_update          DPO on one best/worst pair per group
+    sft       sft_preset_update   supervised steps on the reference answers of the prompts
+
+A pass cuts its items (rows, pairs, SFT rows) into `opt_steps` optimizer steps of `accum`
+micro-batches each (`plan`); every micro-batch loss uses the optimizer step's denominators, so
+the micro-batch losses add up to that step's full-batch loss, and `engine.backward(loss)` then
+`engine.step()` follow each micro-batch (the engine's summed-loss convention, docs/engine.md).
+Every optimizer step has exactly `accum` micro-batches: an empty one (fewer pairs than
+micro-batches) contributes a zero loss with a graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from hargo_hpc.algorithms.losses import policy_loss
+from hargo_hpc.algorithms.preference import dpo_loss, dpo_pairs
+from hargo_hpc.algorithms.presets import ResolvedAlgorithm
+from hargo_hpc.tasks.base import Example
+from hargo_hpc.train import metrics as m
+from hargo_hpc.train.logprobs import token_logprobs, token_logprobs_and_entropy
+from hargo_hpc.train.sft import SftBatch, SftItem, build_sft_batch, sft_update, split
+
+
+@dataclass
+class UpdateContext:
+    """What every update needs besides the batch."""
+
+    engine: Any
+    algorithm: ResolvedAlgorithm
+    num_iterations: int
+    opt_steps: int  # optimizer steps per pass
+    accum: int  # micro-batches per optimizer step
+    temperature: float  # the sampling temperature: log-probs are taken at it
+    max_new_tokens: int
+    tokenizer: Any
+    prompt_format: str
+    user_text: Callable[[Example], str]
+
+
+@dataclass
+class UpdateBatch:
+    """The rollout batch as the update sees it: rows not in the loss have `loss_mask` 0."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    completion_start: int
+    loss_mask: Tensor  # [N, T] bool
+    keep: Tensor  # [N] bool: rows in the loss
+    rewards: Tensor
+    groups: Tensor
+    advantages: Tensor
+    weights: Tensor | None
+    old: Tensor | None
+    ref: Tensor | None
+    examples: list[Example]  # the step's prompts (one per group)
+
+
+def plan(items: Sequence[Any], opt_steps: int, accum: int) -> list[list[list[Any]]]:
+    """Optimizer steps → micro-batches → items: consecutive, as even as possible."""
+    return [split(chunk, accum) for chunk in split(items, opt_steps)]
+
+
+@contextlib.contextmanager
+def training_mode(engine: Any) -> Iterator[None]:
+    engine.train()
+    try:
+        yield
+    finally:
+        engine.eval()
+
+
+def _finish(engine: Any, grad_norms: list[float], losses: list[float]) -> dict[str, Any]:
+    return {"loss": sum(losses) / len(losses) if losses else None,
+            "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else None}
+
+
+def _step_engine(engine: Any, grad_norms: list[float]) -> None:
+    if engine.step() and engine.grad_norm is not None:
+        grad_norms.append(engine.grad_norm)
+
+
+def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
+    """PPO-clip or plain policy gradient (`policy_loss` with the preset's kwargs); the
+    denominators are the optimizer step's kept tokens and kept rows."""
+    engine, alg = run.engine, run.algorithm
+    kwargs = alg.policy_loss_kwargs(run.max_new_tokens)
+    stats, entropy = m.WeightedMean(), m.WeightedMean()
+    grad_norms: list[float] = []
+    losses: list[float] = []
+    pg_losses: list[float] = []
+    rows = list(range(batch.input_ids.shape[0]))
+    with training_mode(engine):
+        for iteration in range(run.num_iterations):
+            for step_rows in plan(rows, run.opt_steps, run.accum):
+                flat = [i for micro in step_rows for i in micro]
+                num_tokens = float(batch.loss_mask[flat].sum())
+                num_seqs = int(batch.keep[flat].sum())
+                step_loss = step_pg = 0.0
+                for micro in step_rows:
+                    index = torch.tensor(micro, device=batch.input_ids.device)
+                    lp, ent = token_logprobs_and_entropy(
+                        engine, batch.input_ids[index], batch.attention_mask[index],
+                        batch.completion_start, len(micro),
+                        temperature=run.temperature, grad=True)
+                    part = batch.loss_mask[index]
+                    loss, s = policy_loss(
+                        lp, None if batch.old is None else batch.old[index],
+                        batch.advantages[index], part,
+                        ref_logprobs=None if batch.ref is None else batch.ref[index],
+                        weights=None if batch.weights is None else batch.weights[index],
+                        num_tokens=num_tokens, num_seqs=num_seqs, **kwargs)
+                    tokens = float(part.sum())
+                    step_pg += s.pop("pg_loss")
+                    stats.add(s, tokens)
+                    if iteration == 0:
+                        entropy.add({"entropy": m.masked_mean(ent.detach(), part.float())},
+                                    tokens)
+                    step_loss += engine.backward(loss)
+                    _step_engine(engine, grad_norms)
+                losses.append(step_loss)
+                pg_losses.append(step_pg)
+    low, high = stats.get("clip_frac_low"), stats.get("clip_frac_high")
+    out = _finish(engine, grad_norms, losses)
+    out.update({
+        "pg_loss": sum(pg_losses) / len(pg_losses) if pg_losses else None,
+        "kl": stats.get("kl"),
+        "entropy": entropy.get("entropy"), "approx_kl": stats.get("approx_kl"),
+        "ratio_mean": stats.get("ratio_mean"),
+        "clip_ratio/low_mean": low, "clip_ratio/high_mean": high,
+        "clip_ratio/region_mean": None if low is None or high is None else low + high,
+        "clip_ratio/dual": stats.get("dual_clip_frac"),
+    })
+    return out
+
+
+def dpo_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
+    """DPO on one pair per group (best vs worst reward among the rows in the loss); each
+    micro-batch holds whole pairs, its mean loss scaled by its share of the optimizer step's
+    pairs."""
+    engine = run.engine
+    assert batch.ref is not None
+    idx = batch.keep.nonzero().squeeze(-1)
+    chosen, rejected = dpo_pairs(batch.rewards[idx], batch.groups[idx])
+    pairs = list(zip(idx[chosen].tolist(), idx[rejected].tolist(), strict=True))
+    stats = m.WeightedMean()
+    grad_norms: list[float] = []
+    losses: list[float] = []
+    with training_mode(engine):
+        for _ in range(run.num_iterations):
+            for step_pairs in plan(pairs, run.opt_steps, run.accum):
+                total = sum(len(micro) for micro in step_pairs)
+                step_loss = 0.0
+                for micro in step_pairs:
+                    rows = [i for pair in micro for i in pair] or [0]
+                    index = torch.tensor(rows, device=batch.input_ids.device)
+                    lp = token_logprobs(engine, batch.input_ids[index],
+                                        batch.attention_mask[index], batch.completion_start,
+                                        len(rows), temperature=run.temperature,
+                                        grad=True)
+                    if micro:
+                        k = len(micro)
+                        loss, s = dpo_loss(
+                            lp, batch.ref[index], batch.loss_mask[index],
+                            torch.tensor([1.0, 0.0] * k, device=lp.device),
+                            torch.arange(k, device=lp.device).repeat_interleave(2),
+                            beta=run.algorithm.dpo_beta)
+                        loss = loss * (k / total)
+                        stats.add(s, float(k))
+                    else:  # no pair here: a zero loss keeps the engine's micro-batch count
+                        loss = lp.sum() * 0.0
+                    step_loss += engine.backward(loss)
+                    _step_engine(engine, grad_norms)
+                losses.append(step_loss)
+    out = _finish(engine, grad_norms, losses)
+    out.update({"dpo/pairs": float(len(pairs)),
+                "dpo/reward_accuracy": stats.get("reward_accuracy"),
+                "dpo/margin": stats.get("margin"), "dpo/chosen_reward": stats.get("chosen_reward"),
+                "dpo/rejected_reward": stats.get("rejected_reward")})
+    return out
+
+
+def sft_preset_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
+    """The `sft` preset: supervised steps on the reference answers of the step's prompts (the
+    rollout is still sampled and rewarded, for metrics comparable with the RL methods)."""
+    engine = run.engine
+    items = [SftItem(e.task, run.user_text(e), e.output) for e in batch.examples]
+    full = build_sft_batch(items, run.tokenizer, run.prompt_format,
+                           max_target_tokens=run.max_new_tokens,
+                           device=batch.input_ids.device)
+    grad_norms: list[float] = []
+    losses: list[float] = []
+    nll = m.WeightedMean()
+    tokens = 0.0
+    with training_mode(engine):
+        for _ in range(run.num_iterations):
+            for chunk in split(list(range(len(items))), run.opt_steps):
+                index = torch.tensor(chunk or [0], device=full.input_ids.device)
+                part = SftBatch(full.input_ids[index], full.attention_mask[index],
+                                full.completion_start)
+                s = sft_update(engine, part, accum=run.accum, agg=run.algorithm.agg)
+                if engine.grad_norm is not None:
+                    grad_norms.append(engine.grad_norm)
+                losses.append(s["loss"])
+                nll.add({"nll": s["nll"]}, s["tokens"])
+                tokens = s["tokens"]
+    out = _finish(engine, grad_norms, losses)
+    out.update({"sft/nll": nll.get("nll"), "sft/tokens": tokens})
+    return out
+
+
+UPDATES: Mapping[str, Callable[[UpdateContext, UpdateBatch], dict[str, Any]]] = {
+    "ppo": policy_update,
+    "pg": policy_update,
+    "dpo": dpo_update,
+    "sft": sft_preset_update,
+}
