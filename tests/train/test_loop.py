@@ -348,3 +348,91 @@ def test_long_prompts_are_dropped_and_counted(tmp_path: Path) -> None:
     assert lengths and max(lengths) <= 40
     with pytest.raises(loop.TrainError, match="every training prompt is longer"):
         run(make_config(tmp_path, "short", model={"max_prompt_tokens": 5}))
+
+
+def test_a_gemm_step_is_rewarded_by_a_local_bench_worker(tmp_path: Path) -> None:
+    """handoff.local_workers = 1: the loop's router starts a real `hargo worker` on the run's
+    handoff directory; the untrained model's completions come back as bench records."""
+    cfg = make_config(tmp_path, data={"tasks": [{"name": "gemm"}]},
+                      rollout={"max_new_tokens": 16}, handoff={"local_workers": 1},
+                      training={"steps": 1})
+    lines: list[str] = []
+    result = loop.train(cfg, log=lines.append, progress=False)
+    [record] = m.read_records(result.metrics)
+    assert any("started 1 local bench worker" in line for line in lines)
+    statuses = {k: v for k, v in record.items() if k.startswith("bench/status/")}
+    assert sum(statuses.values()) == 8 == record["tasks/gemm/n"]
+    assert record["tasks/gemm/scored"] == record["rewards/scored"] == 8
+    assert record["timing_s/reward_wait"] > 0
+    rows = m.read_records(result.run_dir / "rollouts" / "step_000001.jsonl")
+    assert {f"bench/status/{r['status']}" for r in rows} == set(statuses)
+    assert list((result.run_dir / "handoff").iterdir())  # the requests and results
+
+
+def test_a_signal_stops_in_process_and_resume_restores_hargos_running_contrast(
+        tmp_path: Path) -> None:
+    """HARGO with contrast_momentum 0.5 keeps σ̄ across steps: a run stopped by SIGUSR1 after
+    step 2 and resumed logs what an uninterrupted run logs, σ̄ included."""
+    algorithm = {"name": "hargo", "hargo": {"contrast_momentum": 0.5}}
+    _, whole = run(make_config(tmp_path, "whole", algorithm=algorithm, training={"steps": 4}))
+    cfg = make_config(tmp_path, "cut", algorithm=algorithm, training={"steps": 4})
+
+    def stop_after_two(record: dict[str, Any]) -> None:
+        if record["step"] == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    stopped, first = run(cfg, on_step=stop_after_two)
+    assert stopped.interrupted and stopped.step == 2 and [r["step"] for r in first] == [1, 2]
+    assert stopped.checkpoint is not None and stopped.checkpoint.name == "step_000002"
+    state = json.loads((stopped.checkpoint / "hargo_state.json").read_text())["client_state"]
+    assert state["hargo"]["running_contrast"] == first[1]["hargo/contrast_ref"]
+    assert state["step"] == 2 and state["sampler"]["draws"] == 4
+    resumed, records = run(cfg, resume=True)
+    assert not resumed.interrupted and resumed.step == 4
+    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+    # with momentum σ̄ is not the batch's own: the running value matters after the resume
+    assert whole[2]["hargo/contrast_ref"] != whole[1]["hargo/contrast_ref"]
+
+
+# ---------------------------------------------------------------- the metric helpers
+
+
+def test_reward_and_task_statistics_by_hand() -> None:
+    rewards = [1.0, 0.0, 0.5, 0.5, 0.0, 0.0]
+    scored = [True, True, True, True, False, True]
+    groups = [0, 0, 1, 1, 2, 2]
+    stats = m.reward_stats(rewards, scored, groups)
+    kept = [1.0, 0.0, 0.5, 0.5, 0.0]  # mean 0.4; Σ(x − 0.4)² = 0.36 + 0.16 + 0.01·2 + 0.16
+    assert stats["reward"] == pytest.approx(sum(kept) / 5)
+    assert stats["reward_std"] == pytest.approx(math.sqrt(0.7 / 4))
+    assert stats["frac_reward_zero_std"] == pytest.approx(2 / 3)  # groups 1 and 2 (one row)
+    tasks = ["a", "a", "b", "b", "b", "b"]
+    per = m.task_stats(tasks, rewards, scored, [3, 5, 2, 2, 9, 1], [0.5, 1.5, 1, 1, 2, 1])
+    assert per["tasks/a/count"] == 2 and per["tasks/b/count"] == 4
+    assert per["tasks/a/reward_mean"] == 0.5 and per["tasks/b/reward_mean"] == pytest.approx(1 / 3)
+    assert per["tasks/a/completion_length"] == 4 and per["tasks/b/completion_length"] == 3.5
+    assert (per["tasks/a/weight_min"], per["tasks/a/weight_max"]) == (0.5, 1.5)
+    metrics = m.task_metrics("a", {"n": 3, "f1": 0.25, "ok": True, "statuses": {"ok": 2}})
+    assert metrics == {"tasks/a/n": 3.0, "tasks/a/f1": 0.25, "tasks/a/statuses/ok": 2.0}
+    assert m.status_histogram([{"status": "ok"}, None, {"status": "ok"}]) == {
+        "bench/status/ok": 2.0}
+
+
+def test_tensorboard_gets_every_number_when_installed(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    scalars: list[tuple[str, float, int]] = []
+
+    class Recorder:  # stands in for torch.utils.tensorboard.SummaryWriter
+        def add_scalar(self, key: str, value: float, step: int) -> None:
+            scalars.append((key, value, step))
+
+        def flush(self) -> None: ...
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(m, "_tensorboard", lambda directory: Recorder())
+    with m.MetricsWriter(tmp_path / "metrics.jsonl", tmp_path / "tb") as writer:
+        writer.write({"step": 3, "reward": 0.5, "kl": None, "nan": float("nan"), "flag": True})
+    assert scalars == [("reward", 0.5, 3)]
+    assert m.read_records(tmp_path / "metrics.jsonl") == [
+        {"step": 3, "reward": 0.5, "kl": None, "nan": None, "flag": True}]
