@@ -49,13 +49,15 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
     """Check JOB (and OVERRIDES); print `ok` or one line naming what is wrong.
 
     Beyond the schema, this resolves the algorithm preset (e.g. HARGO's base estimator must
-    be the method's).
+    be the method's) and checks that the rollout batch divides into micro-batches.
     """
     cfg = load_or_fail(job, overrides)
     from hargo_hpc.algorithms.presets import resolve_algorithm
+    from hargo_hpc.train.settings import check_batch_shape
 
     try:
         resolve_algorithm(cfg.algorithm)
+        check_batch_shape(cfg.rollout, cfg.training)  # on one rank; a launch checks its own
     except ValueError as err:
         raise UsageFailure(f"{job}: {err}") from None
     click.echo(f"ok: {job} (run {cfg.run.name}, algorithm {cfg.algorithm.name})")

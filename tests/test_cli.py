@@ -66,3 +66,14 @@ def test_validate_checks_the_algorithm_preset() -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("error: jobs/demo.toml: algorithm.estimator 'rloo' and algo")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_validate_checks_the_batch_shape() -> None:
+    # tiny.toml: 4 prompts x G 4 = 16 rows; 16 is not a multiple of 5
+    done = hargo("config", "validate", "jobs/tiny.toml", "training.micro_batch_size=5")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: jobs/tiny.toml: rollout.prompts_per_step x rollout.num_generations = 16 rows "
+        "(16 per rank) is not divisible by training.micro_batch_size (5)")
+    assert hargo("config", "validate", "jobs/tiny.toml", "training.micro_batch_size=4"
+                 ).returncode == 0
