@@ -181,8 +181,11 @@ def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgo
             f"algorithm {algorithm.name}: {what} compares the completions of a prompt, so "
             f"rollout.num_generations must be >= 2 (got {config.rollout.num_generations})"
         )
-    if world_size > 1:
-        raise TrainError(f"{world_size} ranks: the loop trains on one process for now")
+    if world_size > 1 and algorithm.loss == "sft":
+        raise TrainError(f"{world_size} ranks: the sft preset trains on one process for now")
+    if world_size > 1 and config.training.sft_steps:
+        raise TrainError(f"{world_size} ranks: training.sft_steps (the SFT warm start) runs on "
+                         "one process for now; run `hargo sft` first, then train from its export")
     return algorithm, accum
 
 
@@ -338,13 +341,43 @@ class StopSignals:
 def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
           on_step: Callable[[dict[str, Any]], object] | None = None,
           progress: bool = True) -> TrainResult:
-    """Run (or, with `resume`, continue) the experiment; see the module docstring."""
+    """Run (or, with `resume`, continue) the experiment; see the module docstring. Under
+    several ranks (WORLD_SIZE > 1) every rank calls it; it creates the process group unless
+    one exists (and then destroys it at the end); docs/training.md, "Several ranks"."""
+    paths = RunPaths(config.run_dir())
+    env = distributed.detect()
+    algorithm, accum = resolve(config, env.world_size)
+    own_group = env.world_size > 1 and not torch.distributed.is_initialized()
+    if own_group:
+        distributed.init(env)
+    try:
+        return _train(config, paths, algorithm, accum, env, resume=resume,
+                      log=log if env.is_main else _quiet, on_step=on_step, progress=progress)
+    finally:
+        if own_group:
+            distributed.teardown()
+
+
+def _quiet(_: str) -> None:
+    """The log of ranks other than 0."""
+
+
+class _Discard:
+    """The metrics writer of ranks other than 0."""
+
+    def write(self, record: dict[str, Any]) -> None:
+        del record
+
+
+def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorithm, accum: int,
+           env: distributed.DistEnv, *, resume: bool, log: Log,
+           on_step: Callable[[dict[str, Any]], object] | None, progress: bool) -> TrainResult:
     from hargo_hpc.train.rewards import RewardRouter
 
-    paths = RunPaths(config.run_dir())
-    algorithm, accum = resolve(config, distributed.detect().world_size)
+    main, world = env.is_main, env.world_size
     config_hash = ckpt.config_hash(config.to_toml())
     checkpoint = claim_run_dir(paths, config_hash, resume)
+    distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
     if paths.finished.is_file():  # resume of a finished run: nothing to do
         done = json.loads(paths.finished.read_text())
         return TrainResult(paths.root, paths.metrics, int(done["step"]),
@@ -358,13 +391,16 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
     drop_long_prompts(data, tokenizer, prompt_format, config.model.max_prompt_tokens, log)
     if algorithm.loss == "sft":
         _check_references(data)
-    micro_batches = r.prompts_per_step * r.num_generations // t.micro_batch_size
+    micro_batches = r.prompts_per_step * r.num_generations // world // t.micro_batch_size
     opt_steps = micro_batches // accum
     total_steps = t.sft_steps + t.steps * t.num_iterations * opt_steps
-    save_resolved(config, paths.root)
+    if main:
+        save_resolved(config, paths.root)
     engine = build_run_engine(config, policy, accum, total_steps, paths.root)
     if reference is not None:
         reference.to(engine.device)
+    if world > 1:  # each rank samples its own completions (model weights are loaded already)
+        torch.manual_seed(config.run.seed + 7919 * env.rank)
     weights = {spec.name: spec.weight for spec in config.data.tasks}
     try:
         sampler = MixtureSampler(data.train, weights, seed=config.run.seed)
@@ -375,9 +411,10 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
         state = ckpt.TrainerState.from_dict(engine.load_checkpoint(paths.checkpoints,
                                                                    checkpoint.name))
         sampler.load_state_dict(state.sampler)
-    m.truncate_after(paths.metrics, state.step)
-    if state.step == 0:
-        m.truncate_after(paths.sft / METRICS, 0)
+    if main:
+        m.truncate_after(paths.metrics, state.step)
+        if state.step == 0:
+            m.truncate_after(paths.sft / METRICS, 0)
     backend = HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
                                 synced_gpus=False)
     sampling = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
@@ -385,19 +422,20 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
     needs_old = (t.num_iterations > 1 or opt_steps > 1
                  or (algorithm.kl_in_reward and algorithm.kl_coef > 0))
     remote = any(task.remote for task in data.tasks.values())
-    router = RewardRouter(
+    router = RewardRouter(  # rank 0 scores every rank's completions (rl_step)
         data.tasks, handoff_dir=config.handoff_dir() if remote else None,
         local_workers=getattr(config.handoff, "local_workers", 0) if remote else 0,
         log=log, progress=progress, handoff_settings=config.handoff,
         bench_settings=config.bench,
-    )
+    ) if main else None
     run = Run(config, algorithm, engine, tokenizer, reference, backend, router, data.tasks,
               sampler, prompt_format, sampling, accum, opt_steps,
               r.logprob_micro_batch or t.micro_batch_size, needs_old,
               hargo_contrast=state.hargo.get("running_contrast"))
     saved: Path | None = checkpoint
-    with router, StopSignals() as stop, m.MetricsWriter(paths.metrics,
-                                                        _tb_dir(paths)) as writer:
+    writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
+               else contextlib.nullcontext(_Discard()))
+    with router or contextlib.nullcontext(), StopSignals() as stop, writing as writer:
         if state.step == 0 and t.sft_steps:
             warm_start(run, data, paths.sft / METRICS, t.sft_steps, stop, log)
             if stop.requested:
@@ -405,10 +443,14 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
         for step in range(state.step + 1, t.steps + 1):
             record, rows = rl_step(run, step)
             writer.write(record)
-            m.write_rollouts(paths.rollouts(step), rows)
-            if on_step is not None:
+            if main:
+                m.write_rollouts(paths.rollouts(step), rows)
+            if on_step is not None and main:
                 on_step(record)
             state = _state(run, step, config_hash)
+            if world > 1:  # a signal seen by any rank stops them all, after the same step
+                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
+                                       if s), None)
             if (t.save_every and step % t.save_every == 0) or stop.requested:
                 saved = engine.save_checkpoint(paths.checkpoints, f"step_{step:06d}",
                                                state.to_dict())
@@ -421,9 +463,11 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
             saved = engine.save_checkpoint(paths.checkpoints, f"step_{last:06d}",
                                            _state(run, last, config_hash).to_dict())
     export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
-    write_atomic(paths.finished, json.dumps({
-        "step": last, "checkpoint": str(saved), "export": str(export),
-        "metrics": str(paths.metrics)}, indent=1) + "\n")
+    if main:
+        write_atomic(paths.finished, json.dumps({
+            "step": last, "checkpoint": str(saved), "export": str(export),
+            "metrics": str(paths.metrics)}, indent=1) + "\n")
+    distributed.barrier()
     return TrainResult(paths.root, paths.metrics, last, saved, export)
 
 
@@ -464,24 +508,37 @@ def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:
 
 def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One RL step (the phases of the module docstring); returns the metrics record and the
-    rollout rows."""
+    rollout rows.
+
+    Under W ranks every rank draws the same prompts (the same sampler, the same seed) and
+    generates for its contiguous share (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups);
+    `own` is the slice of its rows in the step's batch. Rank 0 scores every rank's completions
+    (`_score`); rewards, lengths, groups and, for HARGO, the reference log-probs are gathered,
+    so every rank computes the same whole-batch advantages and weights, and keeps its rows for
+    the update. The record and the rollout rows describe the whole batch."""
     cfg, alg, engine = run.config, run.algorithm, run.engine
     G, max_new = cfg.rollout.num_generations, cfg.rollout.max_new_tokens
     timer = m.PhaseTimer()
     lr = engine.lr  # what this step's first optimizer step uses
+    world, rank = distributed.world_size(), distributed.rank()
 
     with timer("gen"):
-        examples = run.sampler.batch(cfg.rollout.prompts_per_step)
-        prompts = [run.prompt_of(e) for e in examples]
-        gen = run.backend.generate(prompts, G, run.sampling)
-    rows = [e for e in examples for _ in range(G)]
-    mask = gen.completion_mask.bool()
-    lengths = gen.completion_lengths
-    groups = gen.group_index
+        everything = run.sampler.batch(cfg.rollout.prompts_per_step)  # the same on every rank
+        share = len(everything) // world
+        examples = everything[rank * share:(rank + 1) * share]
+        gen = run.backend.generate([run.prompt_of(e) for e in examples], G, run.sampling)
+    prompts = [run.prompt_of(e) for e in everything]
+    rows = [e for e in everything for _ in range(G)]
+    own = slice(rank * share * G, (rank + 1) * share * G)
+    mask = gen.completion_mask.bool()  # this rank's rows
+    lengths = _all_rows(gen.completion_lengths)
+    groups = _all_rows(gen.group_index + rank * share)
+    truncated = _all_rows(gen.truncated)
+    texts = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
     device = gen.completion_ids.device
 
     with timer("reward"):
-        scores = run.router.score(step, rows, gen.texts)
+        scores = _score(run, step, rows, texts)
         task_rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=device)
         scored = torch.tensor(scores.scored, dtype=torch.bool, device=device)
         rewards = task_rewards.clone()
@@ -502,8 +559,9 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         kl_penalty = torch.zeros_like(rewards)
         if alg.kl_in_reward and alg.kl_coef > 0:
             assert old is not None and ref is not None
-            shaped = kl_penalized_rewards(rewards, old, ref, mask, kl_coef=alg.kl_coef,
-                                          kl_estimator=alg.kl_estimator)  # type: ignore[arg-type]
+            shaped = _all_rows(kl_penalized_rewards(
+                rewards[own], old, ref, mask, kl_coef=alg.kl_coef,
+                kl_estimator=alg.kl_estimator))  # type: ignore[arg-type]
             kl_penalty = rewards - shaped
             rewards = shaped
         keep = scored.clone()
@@ -518,17 +576,20 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         weights, hargo_stats = None, {}
         if alg.hargo is not None and idx.numel():
             assert ref is not None
+            all_ref, all_mask = _all_rows(ref), _all_rows(mask)
             w, hargo_stats = hargo_weights(
-                rewards[idx], groups[idx], ref[idx], mask[idx], advantages=advantages[idx],
+                rewards[idx], groups[idx], all_ref[idx], all_mask[idx],
+                advantages=advantages[idx],
                 running_contrast=run.hargo_contrast, **alg.hargo.to_dict())
             weights = torch.ones_like(rewards)
             weights[idx] = w.to(rewards)
             run.hargo_contrast = float(hargo_stats["contrast_ref"])
-    loss_mask = mask & keep[:, None]
+    loss_mask = mask & keep[own, None]
 
     with timer("update_actor"):
         batch = UpdateBatch(gen.input_ids, gen.attention_mask, gen.completion_start, loss_mask,
-                            keep, rewards, groups, advantages, weights, old, ref, examples)
+                            keep[own], rewards[own], groups[own], advantages[own],
+                            None if weights is None else weights[own], old, ref, examples)
         update = UPDATES[alg.loss](run.update_context(), batch)
 
     # ------------------------------------------------ the log (task labels only from here on)
@@ -549,7 +610,7 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         "rows/in_loss": float(keep.sum()),
         "advantages/abs_mean": m.masked_mean(advantages.abs(), keep.float()),
     })
-    record.update(m.completion_stats(length_list, [bool(x) for x in gen.truncated.cpu()]))
+    record.update(m.completion_stats(length_list, [bool(x) for x in truncated.cpu()]))
     if dyn:
         record["dynamic_sampling/dropped_group_fraction"] = dyn["dropped_group_fraction"]
         record["dynamic_sampling/dropped_response_fraction"] = dyn["dropped_response_fraction"]
@@ -566,9 +627,9 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     task_weights = None if weight_list is None else [
         w if k else None for w, k in zip(weight_list, keep_list, strict=True)]
     record.update(_task_stats(tasks, task_list, scored_list, length_list, task_weights))
-    record.update(_task_metrics(run, rows, gen.texts, scores.records))
+    record.update(_task_metrics(run, rows, texts, scores.records))
     record.update(m.status_histogram(scores.records))
-    num_tokens = float(gen.attention_mask.sum())
+    num_tokens = distributed.sum_across_ranks(float(gen.attention_mask.sum()))
     timing = timer.record()
     timing["timing_s/reward_wait"] = scores.wait_s
     record.update(timing)
@@ -579,14 +640,38 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     for i, example in enumerate(rows):
         rollout_rows.append({
             "step": step, "index": i, "group": int(groups[i]), "task": example.task,
-            "id": example.id, "prompt": prompts[i // G], "completion": gen.texts[i],
+            "id": example.id, "prompt": prompts[i // G], "completion": texts[i],
             "reward": task_list[i], "scored": scored_list[i], "in_loss": keep_list[i],
             "advantage": float(advantages[i]),
             "weight": None if weight_list is None else weight_list[i],
-            "length": length_list[i], "truncated": bool(gen.truncated[i]),
+            "length": length_list[i], "truncated": bool(truncated[i]),
             "status": None if scores.records[i] is None else scores.records[i].get("status"),
         })
     return record, rollout_rows
+
+
+def _all_rows(rows: Tensor) -> Tensor:
+    """Every rank's rows of `rows` ([n] or [n, T]) in rank order, on every rank; [n, T] ones
+    padded with zeros (False) to the widest T. One process: `rows` itself."""
+    if distributed.world_size() == 1:
+        return rows
+    parts = distributed.gather_objects(rows.detach().cpu())
+    if rows.dim() == 2:
+        width = max(part.shape[1] for part in parts)
+        padded = []
+        for part in parts:
+            wide = part.new_zeros((part.shape[0], width))
+            wide[:, :part.shape[1]] = part
+            padded.append(wide)
+        parts = padded
+    return torch.cat(parts).to(rows.device)
+
+
+def _score(run: Run, step: int, rows: Sequence[Example], texts: Sequence[str]) -> Any:
+    """The RewardBatch of the whole step: rank 0 scores every completion (in process, or GEMM
+    through the handoff: only rank 0 talks to it) and the others receive it."""
+    batch = run.router.score(step, rows, texts) if distributed.is_main() else None
+    return distributed.broadcast_object(batch)
 
 
 def _task_stats(tasks: list[str], rewards: list[float], scored: list[bool],

@@ -13,6 +13,11 @@ the micro-batch losses add up to that step's full-batch loss, and `engine.backwa
 `engine.step()` follow each micro-batch (the engine's summed-loss convention, docs/engine.md).
 Every optimizer step has exactly `accum` micro-batches: an empty one (fewer pairs than
 micro-batches) contributes a zero loss with a graph.
+
+Under W ranks each rank updates on its own rows (`batch` holds them) and the denominators are
+the optimizer step's over all ranks (`distributed.sum_across_ranks`); the engine's backward
+makes DeepSpeed's mean over ranks the gradient of the summed loss. The statistics returned
+describe all ranks: the loss is the sum of the ranks' parts, token-weighted means are merged.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from hargo_hpc.algorithms.losses import policy_loss
 from hargo_hpc.algorithms.preference import dpo_loss, dpo_pairs
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.tasks.base import Example
+from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.logprobs import token_logprobs, token_logprobs_and_entropy
 from hargo_hpc.train.sft import SftBatch, SftItem, build_sft_batch, sft_update, split
@@ -82,6 +88,18 @@ def training_mode(engine: Any) -> Iterator[None]:
         engine.eval()
 
 
+def merged(stats: m.WeightedMean) -> m.WeightedMean:
+    """`stats` of every rank merged (Σ_r Σ w·x / Σ_r Σ w); one process: `stats` itself."""
+    if distributed.world_size() == 1:
+        return stats
+    out = m.WeightedMean()
+    for total, weight in distributed.gather_objects((stats.total, stats.weight)):
+        for key, value in total.items():
+            out.total[key] = out.total.get(key, 0.0) + value
+            out.weight[key] = out.weight.get(key, 0.0) + weight[key]
+    return out
+
+
 def _finish(engine: Any, grad_norms: list[float], losses: list[float]) -> dict[str, Any]:
     return {"loss": sum(losses) / len(losses) if losses else None,
             "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else None}
@@ -106,8 +124,8 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
         for iteration in range(run.num_iterations):
             for step_rows in plan(rows, run.opt_steps, run.accum):
                 flat = [i for micro in step_rows for i in micro]
-                num_tokens = float(batch.loss_mask[flat].sum())
-                num_seqs = int(batch.keep[flat].sum())
+                num_tokens = distributed.sum_across_ranks(float(batch.loss_mask[flat].sum()))
+                num_seqs = int(distributed.sum_across_ranks(float(batch.keep[flat].sum())))
                 step_loss = step_pg = 0.0
                 for micro in step_rows:
                     index = torch.tensor(micro, device=batch.input_ids.device)
@@ -130,8 +148,9 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
                                     tokens)
                     step_loss += engine.backward(loss)
                     _step_engine(engine, grad_norms)
-                losses.append(step_loss)
-                pg_losses.append(step_pg)
+                losses.append(distributed.sum_across_ranks(step_loss))
+                pg_losses.append(distributed.sum_across_ranks(step_pg))
+    stats, entropy = merged(stats), merged(entropy)
     low, high = stats.get("clip_frac_low"), stats.get("clip_frac_high")
     out = _finish(engine, grad_norms, losses)
     out.update({
@@ -161,7 +180,7 @@ def dpo_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
     with training_mode(engine):
         for _ in range(run.num_iterations):
             for step_pairs in plan(pairs, run.opt_steps, run.accum):
-                total = sum(len(micro) for micro in step_pairs)
+                total = distributed.sum_across_ranks(sum(len(micro) for micro in step_pairs))
                 step_loss = 0.0
                 for micro in step_pairs:
                     rows = [i for pair in micro for i in pair] or [0]
@@ -183,9 +202,10 @@ def dpo_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
                         loss = lp.sum() * 0.0
                     step_loss += engine.backward(loss)
                     _step_engine(engine, grad_norms)
-                losses.append(step_loss)
+                losses.append(distributed.sum_across_ranks(step_loss))
+    stats = merged(stats)
     out = _finish(engine, grad_norms, losses)
-    out.update({"dpo/pairs": float(len(pairs)),
+    out.update({"dpo/pairs": distributed.sum_across_ranks(len(pairs)),
                 "dpo/reward_accuracy": stats.get("reward_accuracy"),
                 "dpo/margin": stats.get("margin"), "dpo/chosen_reward": stats.get("chosen_reward"),
                 "dpo/rejected_reward": stats.get("rejected_reward")})

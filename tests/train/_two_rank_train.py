@@ -1,0 +1,107 @@
+"""The trainer under several ranks: its config, a generation double, and the two-rank run.
+
+As a script, under `torchrun --nproc_per_node=2 tests/train/_two_rank_train.py OUT STAGE...`:
+for each ZeRO stage every rank calls `loop.train` on `config(OUT, stage)` (HARGO, 4 prompts x
+G 2, two steps) and saves its whole parameters after the last step as
+`OUT/stage<z>_rank<r>.pt`. Generation goes through `GenerationDouble`, whose completions depend
+only on the prompt and the completion's index in its group, never on the rank or on how the
+prompts were shared out: a one-process run of the same config sees exactly the same batch, so
+the test can compare the updates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hargo_hpc.config import ExperimentConfig, validate_config
+
+WORDS = ("the", "loop", "parallel", "thread", "memory", "cache", "openmp", "reduction",
+         "vector", "kernel", "shared", "private", "schedule", "barrier", "atomic", "array")
+MAX_NEW = 10
+
+
+def config(out: Path, name: str, stage: int, algorithm: str = "hargo") -> ExperimentConfig:
+    """HARGO (or `algorithm`) with DAPO's token-mean aggregation (the whole step's token count
+    as the denominator: the ranks' counts differ) on plp_qa (continuous rewards, so groups have
+    contrast), 4 prompts x G 2 = 8 rows, micro-batches of 2, one optimizer step per RL step,
+    two steps."""
+    return validate_config({
+        "run": {"name": name, "dir": str(out), "seed": 0},
+        "model": {"path": "tiny"},
+        "algorithm": {"name": algorithm, "agg": "token-mean"},
+        "data": {"tasks": [{"name": "plp_qa", "max_items": 12}], "eval_fraction": 0.0},
+        "rollout": {"num_generations": 2, "prompts_per_step": 4, "max_new_tokens": MAX_NEW},
+        "training": {"lr": 1e-3, "steps": 2, "micro_batch_size": 2, "zero_stage": stage,
+                     "save_every": 0},
+    })
+
+
+def completion(prompt: str, j: int) -> str:
+    """A fixed completion of `prompt` (the j-th of its group): words picked by a hash."""
+    digest = hashlib.sha256(f"{j}:{prompt}".encode()).digest()
+    return " ".join(WORDS[b % len(WORDS)] for b in digest[: 3 + digest[-1] % 6])
+
+
+class GenerationDouble:
+    """Stands in for HFGenerateBackend (same constructor): left-padded prompts, the fixed
+    `completion`s tokenized, right-padded and cut at max_new_tokens."""
+
+    def __init__(self, model: Any, tokenizer: Any, **_: Any) -> None:
+        self.model, self.tokenizer = model, tokenizer
+
+    def generate(self, prompts: list[str], G: int, params: Any) -> Any:
+        from hargo_hpc.train.rollout import Generations
+
+        tok, pad = self.tokenizer, self.tokenizer.pad_token_id
+        device = next(self.model.parameters()).device
+        prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        width = max(len(ids) for ids in prompt_ids)
+        rows_p, rows_c, texts, cut = [], [], [], []
+        for p, ids in zip(prompts, prompt_ids, strict=True):
+            for j in range(G):
+                c = tok(completion(p, j), add_special_tokens=False)["input_ids"]
+                cut.append(len(c) > params.max_new_tokens)
+                c = c[: params.max_new_tokens]
+                rows_p.append([pad] * (width - len(ids)) + ids)
+                rows_c.append(c)
+                texts.append(tok.decode(c, skip_special_tokens=True))
+        t = max(len(c) for c in rows_c)
+        c_ids = torch.tensor([c + [pad] * (t - len(c)) for c in rows_c], device=device)
+        c_mask = torch.tensor([[1] * len(c) + [0] * (t - len(c)) for c in rows_c], device=device)
+        p_ids = torch.tensor(rows_p, device=device)
+        p_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids)
+                               for ids in prompt_ids for _ in range(G)], device=device)
+        groups = torch.arange(len(prompts), device=device).repeat_interleave(G)
+        return Generations(p_ids, p_mask, c_ids, c_mask, torch.tensor(cut, device=device),
+                           texts, groups)
+
+
+def main(out: Path, stages: list[int]) -> None:
+    from hargo_hpc.train import distributed, loop
+
+    torch.set_num_threads(1)
+    env = distributed.init()
+    loop.HFGenerateBackend = GenerationDouble  # type: ignore[misc, assignment]
+    export_model = loop.export_model
+
+    def saving_export(engine: Any, tokenizer: Any, path: Path, *, lora: bool) -> Path:
+        state = engine.full_state_dict()  # every rank, whole
+        torch.save(state, out / f"stage{engine_stage[0]}_rank{env.rank}.pt")
+        return export_model(engine, tokenizer, path, lora=lora)
+
+    engine_stage = [0]
+    loop.export_model = saving_export  # type: ignore[assignment]
+    for stage in stages:
+        engine_stage[0] = stage
+        loop.train(config(out, f"two_ranks_z{stage}", stage), log=lambda _: None,
+                   progress=False)
+    distributed.teardown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), [int(s) for s in sys.argv[2:]])
