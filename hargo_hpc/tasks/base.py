@@ -12,7 +12,7 @@ Nothing here imports torch; the similarity reward loads its model on first use.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,6 +21,13 @@ from hargo_hpc.tasks.settings import RewardSettings
 
 class DataError(ValueError):
     """Bad task data or predictions; the message is one line naming the file and the record."""
+
+
+def check_pairs(left: Sized, right: Sized, left_name: str, right_name: str) -> None:
+    """ValueError naming both counts unless `left` and `right` pair one to one (examples and
+    their completions, references and predictions)."""
+    if len(left) != len(right):
+        raise ValueError(f"{len(left)} {left_name} but {len(right)} {right_name}")
 
 
 @dataclass(frozen=True)

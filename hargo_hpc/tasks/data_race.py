@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from hargo_hpc.tasks.base import Example, Task
+from hargo_hpc.tasks.base import Example, Task, check_pairs
 from hargo_hpc.tasks.qa import extract_answer
 
 LABELS = ("yes", "no")
@@ -104,8 +104,7 @@ class DataRace(Task):
     def reward(self, examples: Sequence[Example], completions: Sequence[str]) -> list[float]:
         """1 for the correct label, 0 for the wrong one, rewards.unparsable_reward when no
         yes/no parses (rewards.data_race_parse: strict or lenient)."""
-        if len(examples) != len(completions):
-            raise ValueError(f"{len(examples)} examples but {len(completions)} completions")
+        check_pairs(examples, completions, "examples", "completions")
         mode, unparsable = self.rewards.data_race_parse, self.rewards.unparsable_reward
         rewards = []
         for example, completion in zip(examples, completions, strict=True):
@@ -116,8 +115,7 @@ class DataRace(Task):
     def answer_scores(self, examples: Sequence[Example], answers: Sequence[str]) -> list[float]:
         """1 when the answer is exactly the label (the metrics' parse), else 0: the auto
         WinRate judge's score (correct beats wrong and unparsable, which tie)."""
-        if len(examples) != len(answers):
-            raise ValueError(f"{len(examples)} examples but {len(answers)} answers")
+        check_pairs(examples, answers, "examples", "answers")
         return [float(parse_yes_no(extract_answer(a), "strict") == e.label)
                 for e, a in zip(examples, answers, strict=True)]
 

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hargo_hpc.tasks.base import Example, Task
+from hargo_hpc.tasks.base import Example, Task, check_pairs
 from hargo_hpc.tasks.similarity import as_text, similarity_scores
 
 MAX_ANSWER_CHARS = 4096  # an extracted answer is cut to this many characters
@@ -84,7 +84,7 @@ def mlperf_metrics(references: Sequence[str], predictions: Sequence[object]) -> 
     """MLPerf QA's metrics over raw predictions (extracted first): means of exact match and
     token F1, the mean answer length in characters, and the share of answers over 40
     characters. All 0 for no predictions."""
-    _same_length(references, predictions)
+    check_pairs(references, predictions, "references", "predictions")
     answers = [extract_answer(p) for p in predictions]
     n = len(answers)
     if n == 0:
@@ -104,7 +104,7 @@ def plp_metrics(
     """PLP QA's metrics over raw predictions (extracted first): the mean similarity (the
     reward's score, `similarity.similarity_scores` unless another scorer is given) and the
     mean answer length in characters. 0 for no predictions."""
-    _same_length(references, predictions)
+    check_pairs(references, predictions, "references", "predictions")
     answers = [extract_answer(p) for p in predictions]
     if not answers:
         return {"n": 0, "similarity": 0.0, "mean_chars": 0.0}
@@ -115,11 +115,6 @@ def plp_metrics(
 
 def _default_similarity(answers: Sequence[str], references: Sequence[str]) -> list[float]:
     return similarity_scores(answers, references)
-
-
-def _same_length(references: Sequence[Any], predictions: Sequence[Any]) -> None:
-    if len(references) != len(predictions):
-        raise ValueError(f"{len(references)} references but {len(predictions)} predictions")
 
 
 class _QATask(Task):
@@ -155,7 +150,7 @@ class MlperfQA(_QATask):
         """r = m(answer, reference) * brevity_factor(len(answer), len(reference), L, w), with m
         the token F1, the exact match or the embedding similarity (`rewards.qa_metric`),
         L = rewards.brevity_chars, w = rewards.brevity_weight. In [0, 1]."""
-        _same_length(examples, completions)
+        check_pairs(examples, completions, "references", "predictions")
         answers = [extract_answer(c) for c in completions]
         references = [e.output for e in examples]
         metric = self.rewards.qa_metric
@@ -172,7 +167,7 @@ class MlperfQA(_QATask):
 
     def answer_scores(self, examples: Sequence[Example], answers: Sequence[str]) -> list[float]:
         """Token F1 of each answer against its reference (the auto WinRate judge's score)."""
-        _same_length(examples, answers)
+        check_pairs(examples, answers, "references", "predictions")
         return [token_f1(extract_answer(a), e.output)
                 for e, a in zip(examples, answers, strict=True)]
 
@@ -190,7 +185,7 @@ class PlpQA(_QATask):
     def reward(self, examples: Sequence[Example], completions: Sequence[str]) -> list[float]:
         """r = clamp(cos(e(answer), e(reference)), 0, 1) with e the sentence embedding
         (`similarity.similarity_scores`); an empty answer gets 0."""
-        _same_length(examples, completions)
+        check_pairs(examples, completions, "references", "predictions")
         answers = [extract_answer(c) for c in completions]
         return self._similarity(answers, [e.output for e in examples])
 
