@@ -17,7 +17,7 @@ from hargo_hpc.bench.runner import BenchRequest, Problem, run_bench
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 
-REPS_HELP = "exactly this many timed pairs (default: 5 to 31 within 40 ms of the kernel's calls)"
+REPS_HELP = "exactly this many timed pairs (default: 5 to 63 within 150 ms of the kernel's calls)"
 
 
 def _settings(size: int | None, reps: int | None, threads: int | None) -> BenchSettings:

@@ -39,12 +39,12 @@ class BenchSettings(BaseModel):
         5, ge=1, description="timed pairs (kernel call, reference call) at least"
     )
     max_repetitions: int = Field(
-        31, ge=1,
+        63, ge=1,
         description="timed pairs at most (more than `repetitions` only within the budget; "
         "below `repetitions` it is raised to it)",
     )
     timed_budget_ms: float = Field(
-        40.0, ge=0,
+        150.0, ge=0,
         description="pairs are added past `repetitions` until the kernel's timed calls sum to "
         "this (a fast kernel's per-pair ratio is the noisiest; 0 = exactly `repetitions`)",
     )
