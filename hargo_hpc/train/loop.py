@@ -65,7 +65,14 @@ from hargo_hpc.train import metrics as m
 from hargo_hpc.train.logprobs import token_logprobs
 from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.settings import check_batch_shape
-from hargo_hpc.train.sft import SftItem, SftSampler, build_sft_batch, sft_items, sft_update
+from hargo_hpc.train.sft import (
+    SftItem,
+    SftSampler,
+    build_sft_batch,
+    sft_items,
+    sft_update,
+    split,
+)
 from hargo_hpc.train.updates import UPDATES, UpdateBatch, UpdateContext, training_mode
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
@@ -181,11 +188,6 @@ def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgo
             f"algorithm {algorithm.name}: {what} compares the completions of a prompt, so "
             f"rollout.num_generations must be >= 2 (got {config.rollout.num_generations})"
         )
-    if world_size > 1 and algorithm.loss == "sft":
-        raise TrainError(f"{world_size} ranks: the sft preset trains on one process for now")
-    if world_size > 1 and config.training.sft_steps:
-        raise TrainError(f"{world_size} ranks: training.sft_steps (the SFT warm start) runs on "
-                         "one process for now; run `hargo sft` first, then train from its export")
     return algorithm, accum
 
 
@@ -742,22 +744,28 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
              seed: int, steps: int, accum: int, micro_batch_size: int,
              max_target_tokens: int, path: Path, stop: StopSignals | None = None,
              on_step: Callable[[dict[str, Any]], object] | None = None) -> None:
-    """SFT steps of accum × micro_batch_size rows each, one metrics line per step."""
+    """SFT steps of W × accum × micro_batch_size rows each (W ranks, every one drawing the same
+    rows and training on its contiguous share), one metrics line per step from rank 0."""
     sampler = SftSampler(items, seed)
-    with m.MetricsWriter(path) as writer:
+    world, rank = distributed.world_size(), distributed.rank()
+    main = rank == 0
+    with m.MetricsWriter(path) if main else contextlib.nullcontext(_Discard()) as writer:
         for step in range(1, steps + 1):
             start, lr = time.perf_counter(), engine.lr
-            batch = build_sft_batch(sampler.batch(accum * micro_batch_size), tokenizer,
-                                    prompt_format, max_target_tokens=max_target_tokens,
-                                    device=engine.device)
+            rows = split(sampler.batch(world * accum * micro_batch_size), world)[rank]
+            batch = build_sft_batch(rows, tokenizer, prompt_format,
+                                    max_target_tokens=max_target_tokens, device=engine.device)
             with training_mode(engine):
                 stats = sft_update(engine, batch, accum=accum)
             record = {"step": step, **stats, "grad_norm": engine.grad_norm,
                       "learning_rate": lr,
                       "timing_s/step": time.perf_counter() - start}
             writer.write(record)
-            if on_step is not None:
+            if on_step is not None and main:
                 on_step(record)
+            if stop is not None and world > 1:  # a signal seen by any rank stops them all
+                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
+                                       if s), None)
             if stop is not None and stop.requested:
                 return
 
@@ -765,19 +773,33 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
 def sft_run(config: ExperimentConfig, *, log: Log = print,
             on_step: Callable[[dict[str, Any]], object] | None = None) -> TrainResult:
     """`hargo sft`: training.sft_steps SFT steps from model.path into `<run dir>/sft/`
-    (metrics.jsonl, config.toml, the HF export in export/)."""
+    (metrics.jsonl, config.toml, the HF export in export/). Under several ranks every rank
+    calls it (the process group as in `train`)."""
     t = config.training
     if t.sft_steps < 1:
         raise TrainError("training.sft_steps is 0: set it to the number of SFT steps")
-    paths = RunPaths(config.run_dir() / SFT_DIR)
-    world = distributed.detect().world_size
-    if world > 1:
-        raise TrainError(f"{world} ranks: hargo sft trains on one process for now")
+    env = distributed.detect()
     try:
-        accum = check_batch_shape(config.rollout, config.training, world)
+        accum = check_batch_shape(config.rollout, config.training, env.world_size)
     except ValueError as err:
         raise TrainError(str(err)) from None
-    if paths.finished.is_file() or paths.metrics.is_file():
+    own_group = env.world_size > 1 and not torch.distributed.is_initialized()
+    if own_group:
+        distributed.init(env)
+    try:
+        return _sft_run(config, accum, log=log if env.is_main else _quiet, on_step=on_step)
+    finally:
+        if own_group:
+            distributed.teardown()
+
+
+def _sft_run(config: ExperimentConfig, accum: int, *, log: Log,
+             on_step: Callable[[dict[str, Any]], object] | None) -> TrainResult:
+    t = config.training
+    paths = RunPaths(config.run_dir() / SFT_DIR)
+    taken = paths.finished.is_file() or paths.metrics.is_file()
+    distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
+    if taken:
         raise TrainError(f"{paths.root} holds an SFT run already; set another run.name / "
                          "run.dir or remove it")
     seed_everything(config.run.seed)
@@ -785,7 +807,9 @@ def sft_run(config: ExperimentConfig, *, log: Log = print,
     policy, tokenizer, _ = load_models(config, needs_reference=False)
     prompt_format = _prompt_format(config, tokenizer)
     items = sft_data(data)
-    save_resolved(config, paths.root)
+    main = distributed.is_main()
+    if main:
+        save_resolved(config, paths.root)
     engine = build_run_engine(config, policy, accum, t.sft_steps, paths.root)
     with StopSignals() as stop:
         sft_loop(engine, tokenizer, prompt_format, items, seed=config.run.seed,
@@ -793,10 +817,12 @@ def sft_run(config: ExperimentConfig, *, log: Log = print,
                  max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics,
                  stop=stop, on_step=on_step)
     export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
-    records = m.read_records(paths.metrics)
-    write_atomic(paths.finished, json.dumps({"step": len(records), "export": str(export),
-                                             "metrics": str(paths.metrics)}, indent=1) + "\n")
-    return TrainResult(paths.root, paths.metrics, len(records), None, export,
+    steps = len(m.read_records(paths.metrics)) if main else 0
+    if main:
+        write_atomic(paths.finished, json.dumps({"step": steps, "export": str(export),
+                                                 "metrics": str(paths.metrics)}, indent=1) + "\n")
+    distributed.barrier()
+    return TrainResult(paths.root, paths.metrics, steps, None, export,
                        interrupted=bool(stop.requested))
 
 

@@ -14,9 +14,10 @@ laid out as the rollout lays out a completion (left-padded prompt, right-padded 
     loss = −Σ_{rows, t} m_t log π(target_t | prompt, target_<t) / Σ m   (token-mean)
 
 over the whole optimizer step: each micro-batch's `sft_loss` (its own token mean) is scaled by
-its share of the step's target tokens, so the micro-batch losses add up to the step's loss
-(the engine's summed-loss convention). `SftSampler` walks the rows in a new seeded order each
-epoch and can be checkpointed like the prompt sampler.
+its share of the step's target tokens, counted over every rank, so the micro-batch losses of
+all ranks add up to the step's loss (the engine's summed-loss convention). Under W ranks each
+rank trains on its contiguous share of the step's rows (`split(rows, W)[rank]`). `SftSampler`
+walks the rows in a new seeded order each epoch and can be checkpointed like the prompt sampler.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torch import Tensor
 from hargo_hpc.algorithms.preference import sft_loss
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
+from hargo_hpc.train import distributed
 from hargo_hpc.train.logprobs import token_logprobs
 
 # Tasks without reference answers in their data, and where their SFT pairs come from
@@ -171,15 +173,17 @@ def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
 
 def sft_update(engine: Any, batch: SftBatch, *, accum: int, agg: str = "token-mean"
                ) -> dict[str, float]:
-    """One optimizer step on `batch`: `accum` micro-batches, each `sft_loss` scaled to the
-    step's denominator (token-mean: its share of the target tokens; the seq-* aggregations: its
-    share of the rows), `engine.backward` and `engine.step` after each. Returns loss (the
-    step's, the sum of the scaled micro-batch losses), nll (token-mean), tokens, sequences."""
+    """One optimizer step on `batch` (this rank's rows of the step): `accum` micro-batches,
+    each `sft_loss` scaled to the step's denominator over every rank (token-mean: its share of
+    the step's target tokens; the seq-* aggregations: its share of the rows), `engine.backward`
+    and `engine.step` after each. Returns, for the whole step: loss (the sum of the scaled
+    micro-batch losses of every rank), nll (token-mean), tokens, sequences."""
     mask = batch.target_mask
-    total_tokens = float(mask.sum())
-    total_rows = batch.input_ids.shape[0]
+    rows_here = batch.input_ids.shape[0]
+    total_tokens = distributed.sum_across_ranks(float(mask.sum()))
+    total_rows = distributed.sum_across_ranks(float(rows_here))
     loss_sum, nll_sum = 0.0, 0.0
-    for rows in split(list(range(total_rows)), accum):
+    for rows in split(list(range(rows_here)), accum):
         index = torch.tensor(rows or [0], device=batch.input_ids.device)
         logprobs = token_logprobs(engine, batch.input_ids[index], batch.attention_mask[index],
                                   batch.completion_start, len(index), grad=True)
@@ -191,5 +195,6 @@ def sft_update(engine: Any, batch: SftBatch, *, accum: int, agg: str = "token-me
         loss_sum += engine.backward(loss * share)
         nll_sum += stats["nll"] * tokens
         engine.step()
-    return {"loss": loss_sum, "nll": nll_sum / max(total_tokens, 1.0), "tokens": total_tokens,
-            "sequences": float(total_rows)}
+    return {"loss": distributed.sum_across_ranks(loss_sum),
+            "nll": distributed.sum_across_ranks(nll_sum) / max(total_tokens, 1.0),
+            "tokens": total_tokens, "sequences": total_rows}

@@ -1,9 +1,11 @@
 """The trainer under several ranks: its config, a generation double, and the two-rank run.
 
-As a script, under `torchrun --nproc_per_node=2 tests/train/_two_rank_train.py OUT STAGE...`:
-for each ZeRO stage every rank calls `loop.train` on `config(OUT, stage)` (HARGO, 4 prompts x
-G 2, two steps) and saves its whole parameters after the last step as
-`OUT/stage<z>_rank<r>.pt`. Generation goes through `GenerationDouble`, whose completions depend
+As a script, under `torchrun --nproc_per_node=2 tests/train/_two_rank_train.py OUT RUN...`:
+for each RUN every rank calls the trainer and saves its whole parameters after the last step as
+`OUT/<RUN>_rank<r>.pt`. RUN `z2` / `z3`: `loop.train` on `config(OUT, "two_ranks_z<stage>",
+stage)` (HARGO, 4 prompts x G 2, two steps); `sft`: `loop.train` of the sft preset after an SFT
+warm start (`sft_config`, ZeRO-2); `sft-cli`: `loop.sft_run` (what `hargo sft` calls) under
+ZeRO-3. Generation goes through `GenerationDouble`, whose completions depend
 only on the prompt and the completion's index in its group, never on the rank or on how the
 prompts were shared out: a one-process run of the same config sees exactly the same batch, so
 the test can compare the updates.
@@ -25,7 +27,8 @@ WORDS = ("the", "loop", "parallel", "thread", "memory", "cache", "openmp", "redu
 MAX_NEW = 10
 
 
-def config(out: Path, name: str, stage: int, algorithm: str = "hargo") -> ExperimentConfig:
+def config(out: Path, name: str, stage: int, algorithm: str = "hargo",
+           sft_steps: int = 0) -> ExperimentConfig:
     """HARGO (or `algorithm`) with DAPO's token-mean aggregation (the whole step's token count
     as the denominator: the ranks' counts differ) on plp_qa (continuous rewards, so groups have
     contrast), 4 prompts x G 2 = 8 rows, micro-batches of 2, one optimizer step per RL step,
@@ -37,8 +40,19 @@ def config(out: Path, name: str, stage: int, algorithm: str = "hargo") -> Experi
         "data": {"tasks": [{"name": "plp_qa", "max_items": 12}], "eval_fraction": 0.0},
         "rollout": {"num_generations": 2, "prompts_per_step": 4, "max_new_tokens": MAX_NEW},
         "training": {"lr": 1e-3, "steps": 2, "micro_batch_size": 2, "zero_stage": stage,
-                     "save_every": 0},
+                     "save_every": 0, "sft_steps": sft_steps},
     })
+
+
+def sft_config(out: Path, name: str) -> ExperimentConfig:
+    """The sft preset (2 RL steps on the step's reference answers) after a 2-step SFT warm start,
+    ZeRO-2: every SFT path of `loop.train` under several ranks."""
+    return config(out, name, 2, "sft", sft_steps=2)
+
+
+def sft_cli_config(out: Path, name: str) -> ExperimentConfig:
+    """`hargo sft` (loop.sft_run): 2 SFT steps under ZeRO-3."""
+    return config(out, name, 3, sft_steps=2)
 
 
 def completion(prompt: str, j: int) -> str:
@@ -81,27 +95,33 @@ class GenerationDouble:
                            texts, groups)
 
 
-def main(out: Path, stages: list[int]) -> None:
+def main(out: Path, runs: list[str]) -> None:
     from hargo_hpc.train import distributed, loop
 
     torch.set_num_threads(1)
     env = distributed.init()
     loop.HFGenerateBackend = GenerationDouble  # type: ignore[misc, assignment]
     export_model = loop.export_model
+    label = [""]
 
     def saving_export(engine: Any, tokenizer: Any, path: Path, *, lora: bool) -> Path:
         state = engine.full_state_dict()  # every rank, whole
-        torch.save(state, out / f"stage{engine_stage[0]}_rank{env.rank}.pt")
+        torch.save(state, out / f"{label[0]}_rank{env.rank}.pt")
         return export_model(engine, tokenizer, path, lora=lora)
 
-    engine_stage = [0]
     loop.export_model = saving_export  # type: ignore[assignment]
-    for stage in stages:
-        engine_stage[0] = stage
-        loop.train(config(out, f"two_ranks_z{stage}", stage), log=lambda _: None,
-                   progress=False)
+    for run in runs:
+        label[0] = run
+        if run == "sft":
+            loop.train(sft_config(out, "two_ranks_sft"), log=lambda _: None, progress=False)
+        elif run == "sft-cli":
+            loop.sft_run(sft_cli_config(out, "two_ranks_sft_cli"), log=lambda _: None)
+        else:
+            stage = int(run.removeprefix("z"))
+            loop.train(config(out, f"two_ranks_z{stage}", stage), log=lambda _: None,
+                       progress=False)
     distributed.teardown()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), [int(s) for s in sys.argv[2:]])
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -1,7 +1,8 @@
 """`hargo train` under two ranks (torchrun, gloo on CPU), ZeRO-2 and ZeRO-3: after two HARGO
 steps the parameters are the same on both ranks and equal to a one-process run of the same
 global batch (the same prompts, the same completions through `GenerationDouble`), and rank 0's
-metrics and rollouts describe the whole batch."""
+metrics and rollouts describe the whole batch. The same for the SFT paths: the sft preset after
+an SFT warm start (ZeRO-2) and `hargo sft` (ZeRO-3)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from hargo_hpc.train import metrics as m
 from hargo_hpc.train.distributed import STANDARD
 from hargo_hpc.train.models import tiny_dir
 
-from ._two_rank_train import GenerationDouble, config
+from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_config
 
 torch.set_num_threads(1)
 STAGES = (2, 3)
+RUNS = ("z2", "z3", "sft", "sft-cli")
 SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
@@ -50,17 +52,43 @@ def assert_same_update(got: dict[str, torch.Tensor], want: dict[str, torch.Tenso
     assert float(diff.abs().max()) <= 2 * LR * STEPS, stage
 
 
-def one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> loop.TrainResult:
+def one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, loop.TrainResult]:
     # the environment as it is: WORLD_SIZE unset, or 1 after an earlier in-process engine
     monkeypatch.setattr(loop, "HFGenerateBackend", GenerationDouble)
-    return loop.train(config(tmp_path, "one", 2), log=lambda _: None, progress=False)
+    quiet = {"log": lambda _: None}
+    return {"hargo": loop.train(config(tmp_path, "one", 2), progress=False, **quiet),
+            "sft": loop.train(sft_config(tmp_path, "one_sft"), progress=False, **quiet),
+            "sft-cli": loop.sft_run(sft_cli_config(tmp_path, "one_sft_cli"), **quiet)}
+
+
+def same_parameters(tmp_path: Path, run: str, export: Path) -> dict[str, torch.Tensor]:
+    """Both ranks' parameters after `run` are identical and are what rank 0 exported."""
+    ranks = [torch.load(tmp_path / f"{run}_rank{r}.pt") for r in (0, 1)]
+    assert ranks[0].keys() == ranks[1].keys()
+    for name, value in ranks[0].items():
+        assert torch.equal(value, ranks[1][name]), (run, name)
+    got = load_file(export / "model.safetensors")
+    assert got.keys() == ranks[0].keys()
+    for name, value in got.items():
+        assert torch.equal(value, ranks[0][name]), (run, name)
+    return got
+
+
+def assert_records_match(got: list[dict[str, Any]], want: list[dict[str, Any]],
+                         same: tuple[str, ...], close: tuple[str, ...], run: str) -> None:
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2]
+    for got_r, want_r in zip(got, want, strict=True):
+        for key in same:
+            assert got_r[key] == want_r[key], (run, key)
+        for key in close:
+            assert got_r[key] == pytest.approx(want_r[key], rel=1e-3, abs=1e-6), (run, key)
 
 
 def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           summary_line: Any, repo_root: Path) -> None:
     single = one_process(tmp_path, monkeypatch)  # also builds the tiny model's cache first
-    want = load_file(single.export / "model.safetensors")
-    want_records = m.read_records(single.metrics)
+    want = load_file(single["hargo"].export / "model.safetensors")
+    want_records = m.read_records(single["hargo"].metrics)
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo_root)}
     for name in STANDARD:
@@ -69,35 +97,24 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(script), str(tmp_path), *map(str, STAGES)],
-        capture_output=True, text=True, timeout=300, env=env,
+         str(script), str(tmp_path), *RUNS],
+        capture_output=True, text=True, timeout=400, env=env,
     )
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-3000:]
-    summary_line(f"hargo train under two ranks, ZeRO-2 and ZeRO-3, 2 HARGO steps: "
-                 f"{elapsed:.1f} s")
+    summary_line(f"hargo train under two ranks: 2 HARGO steps under ZeRO-2 and ZeRO-3, the "
+                 f"sft preset after an SFT warm start, hargo sft: {elapsed:.1f} s")
 
     before = load_file(tiny_dir() / "model.safetensors")
     for stage in STAGES:
-        ranks = [torch.load(tmp_path / f"stage{stage}_rank{r}.pt") for r in (0, 1)]
-        assert ranks[0].keys() == ranks[1].keys()
-        for name, value in ranks[0].items():
-            assert torch.equal(value, ranks[1][name]), (stage, name)
         run_dir = tmp_path / f"two_ranks_z{stage}"
-        got = load_file(run_dir / "export" / "model.safetensors")
+        got = same_parameters(tmp_path, f"z{stage}", run_dir / "export")
         assert got.keys() == want.keys() == before.keys()
-        for name, value in got.items():
-            assert torch.equal(value, ranks[0][name]), (stage, name)  # rank 0 exported these
         assert_same_update(got, want, before, stage)
 
         records = m.read_records(run_dir / "metrics.jsonl")
-        assert [r["step"] for r in records] == [1, 2]
-        for got_r, want_r in zip(records, want_records, strict=True):
-            assert got_r["rewards/scored"] == 8
-            for key in SAME:
-                assert got_r[key] == want_r[key], (stage, key)
-            for key in CLOSE:
-                assert got_r[key] == pytest.approx(want_r[key], rel=1e-3, abs=1e-6), (stage, key)
+        assert all(r["rewards/scored"] == 8 for r in records)
+        assert_records_match(records, want_records, SAME, CLOSE, f"z{stage}")
         rollouts = [json.loads(line) for line in
                     (run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
         assert [r["completion"] for r in rollouts] == [
@@ -106,9 +123,23 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
         assert [r["group"] for r in rollouts] == [0, 0, 1, 1, 2, 2, 3, 3]
         assert (run_dir / "finished.json").is_file()
 
+    # the sft preset after the warm start: SFT metrics of both phases and the weights match
+    run_dir = tmp_path / "two_ranks_sft"
+    got = same_parameters(tmp_path, "sft", run_dir / "export")
+    assert_same_update(got, load_file(single["sft"].export / "model.safetensors"), before, 2)
+    warm = m.read_records(run_dir / "sft" / "metrics.jsonl")
+    assert all(r["sequences"] == 8 for r in warm)  # both ranks' rows: one RL step's 8
+    assert_records_match(warm, m.read_records(single["sft"].run_dir / "sft" / "metrics.jsonl"),
+                         ("sequences", "tokens"), ("loss", "nll", "grad_norm"), "warm start")
+    assert_records_match(m.read_records(run_dir / "metrics.jsonl"),
+                         m.read_records(single["sft"].metrics), ("sft/tokens",),
+                         ("loss", "sft/nll", "grad_norm", "reward"), "sft preset")
 
-def test_several_ranks_refuse_what_does_not_work_yet(tmp_path: Path) -> None:
-    with pytest.raises(loop.TrainError, match="2 ranks: the sft preset") as refused:
-        loop.resolve(config(tmp_path, "sft", 2, "sft"), world_size=2)
-    assert "\n" not in str(refused.value)
-    assert loop.resolve(config(tmp_path, "ok", 2), world_size=2)[1] == 2  # 4 rows / 2 per micro
+    # hargo sft under ZeRO-3
+    run_dir = tmp_path / "two_ranks_sft_cli" / "sft"
+    got = same_parameters(tmp_path, "sft-cli", run_dir / "export")
+    assert_same_update(got, load_file(single["sft-cli"].export / "model.safetensors"), before, 3)
+    assert_records_match(m.read_records(run_dir / "metrics.jsonl"),
+                         m.read_records(single["sft-cli"].metrics), ("sequences", "tokens"),
+                         ("loss", "nll", "grad_norm"), "hargo sft")
+    assert json.loads((run_dir / "finished.json").read_text())["step"] == 2
