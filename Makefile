@@ -18,7 +18,7 @@ export HF_DATASETS_OFFLINE := 1
 export DS_BUILD_OPS := 0
 
 .PHONY: help apt venv install test test-fast lint cluster-up cluster-down cluster-status demo \
-        bench-calibrate benchmarks clean
+        dry-run local bench-calibrate benchmarks clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -69,6 +69,19 @@ test-fast: venv  ## the suite without the Slurm and slow tests (no cluster neede
 demo: install cluster-up  ## the main job, end to end on the local cluster
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/demo.py
+
+dry-run: venv  ## render every job in jobs/ (bash -n each script); fails on any template or config error
+	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
+	for job in jobs/*.toml; do \
+	    name=$$(basename "$$job" .toml); \
+	    $(VENV)/bin/hargo render "$$job" run.dir="$$out/runs" -o "$$out/$$name" >/dev/null; \
+	    for script in "$$out/$$name"/*.sh; do bash -n "$$script"; done; \
+	    echo "ok: $$job ($$(ls "$$out/$$name"/*.sh | wc -l) scripts)"; \
+	done
+
+JOB ?= jobs/tiny.toml
+local: venv  ## run one experiment (JOB=jobs/x.toml) with the local executor: the same jobs as local processes
+	$(VENV)/bin/hargo submit $(JOB) --executor local
 
 bench-calibrate: venv  ## measure this machine's DGEMM roof and the reference kernels
 	$(VENV)/bin/hargo bench calibrate

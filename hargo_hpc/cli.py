@@ -15,6 +15,8 @@ from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
 from hargo_hpc.eval.commands import eval_group
 from hargo_hpc.examples.commands import init
 from hargo_hpc.handoff.commands import handoff, worker
+from hargo_hpc.slurm.commands import render, submit
+from hargo_hpc.slurm.watch_commands import cancel, logs, status
 from hargo_hpc.tasks.commands import data
 from hargo_hpc.train.commands import sft, train
 
@@ -53,14 +55,22 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
     """
     cfg = load_or_fail(job, overrides)
     from hargo_hpc.algorithms.presets import resolve_algorithm
+    from hargo_hpc.config import expand_sweep
     from hargo_hpc.train.settings import check_batch_shape
 
     try:
-        resolve_algorithm(cfg.algorithm)
-        check_batch_shape(cfg.rollout, cfg.training)  # on one rank; a launch checks its own
-    except ValueError as err:
-        raise UsageFailure(f"{job}: {err}") from None
-    click.echo(f"ok: {job} (run {cfg.run.name}, algorithm {cfg.algorithm.name})")
+        points = expand_sweep(cfg, job)
+        for label, point in points:
+            where = f"{job}" + (f" (sweep point {label})" if label else "")
+            try:
+                resolve_algorithm(point.algorithm)
+                check_batch_shape(point.rollout, point.training)  # one rank; a launch checks
+            except ValueError as err:
+                raise UsageFailure(f"{where}: {err}") from None
+    except ConfigError as err:
+        raise UsageFailure(str(err)) from None
+    runs = f", {len(points)} sweep runs" if cfg.sweep else ""
+    click.echo(f"ok: {job} (run {cfg.run.name}, algorithm {cfg.algorithm.name}{runs})")
 
 
 def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
@@ -72,11 +82,16 @@ def load_or_fail(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
 
 # Each area owns its commands (`<package>/commands.py`); the CLI only mounts them.
 main.add_command(bench)
+main.add_command(cancel)
 main.add_command(data)
 main.add_command(eval_group)
 main.add_command(handoff)
 main.add_command(init)
+main.add_command(logs)
+main.add_command(render)
+main.add_command(submit)
 main.add_command(sft)
+main.add_command(status)
 main.add_command(train)
 main.add_command(worker)
 

@@ -10,7 +10,11 @@ This module must not import torch: the login node only parses configs.
 
 from __future__ import annotations
 
+import copy
+import datetime
+import itertools
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -119,16 +123,30 @@ class JobResources(_Section):
     extra: list[str] = Field(default_factory=list, description="more '#SBATCH' options")
 
 
+# Each job kind's defaults where they differ from JobResources'; a file (or an override) that
+# sets some keys of [slurm.train] keeps these for the others.
+KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "train": {"partition": "gpu", "gpus_per_node": 1, "cpus_per_task": 2},
+    "bench": {"partition": "cpu"},
+    "eval": {"partition": "gpu", "gpus_per_node": 1},
+}
+
+
 class SlurmSection(_Section):
     setup: list[str] = Field(default_factory=list, description="shell lines run before each job")
     python: str = Field("python", min_length=1)
-    train: JobResources = Field(
-        default_factory=lambda: JobResources(partition="gpu", gpus_per_node=1, cpus_per_task=2)
-    )
-    bench: JobResources = Field(default_factory=lambda: JobResources(partition="cpu"))
-    eval: JobResources = Field(
-        default_factory=lambda: JobResources(partition="gpu", gpus_per_node=1)
-    )
+    train: JobResources = Field(default_factory=lambda: JobResources(**KIND_DEFAULTS["train"]))
+    bench: JobResources = Field(default_factory=lambda: JobResources(**KIND_DEFAULTS["bench"]))
+    eval: JobResources = Field(default_factory=lambda: JobResources(**KIND_DEFAULTS["eval"]))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {**data, **{kind: {**defaults, **data[kind]}
+                               for kind, defaults in KIND_DEFAULTS.items()
+                               if isinstance(data.get(kind), dict)}}
+        return data
 
 
 class ExperimentConfig(_Section):
@@ -143,6 +161,11 @@ class ExperimentConfig(_Section):
     handoff: HandoffSettings = Field(default_factory=HandoffSettings)
     sqd: SqdSection = Field(default_factory=SqdSection)
     slurm: SlurmSection = Field(default_factory=SlurmSection)
+    sweep: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="values per config key ('algorithm.name' = ['grpo', 'hargo']); hargo "
+        "submit trains every combination (`expand_sweep`)",
+    )
 
     def run_dir(self) -> Path:
         """The directory of this run: `<run.dir>/<run.name>`."""
@@ -191,11 +214,13 @@ def validate_config(raw: dict[str, Any], source: str = "<config>") -> Experiment
 
 
 def parse_value(text: str) -> Any:
-    """An override value: a TOML value if it parses as one (1e-6, true, [1, 2]), else a string."""
+    """An override value: a TOML value if it parses as one (1e-6, true, [1, 2]), else a string.
+    A TOML date or time (`00:10:00`: a Slurm time limit) stays the string it was written as."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    return text if isinstance(value, (datetime.date, datetime.time)) else value
 
 
 def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
@@ -295,6 +320,54 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
         args = getattr(annotation, "__args__", ())
         model = _submodel(annotation) or next((a for a in args if _submodel(a)), None)
     return list(model.model_fields) if model else []
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def expand_sweep(config: ExperimentConfig, source: str = "<config>"
+                 ) -> list[tuple[str, ExperimentConfig]]:
+    """The runs of a `[sweep]`: (label, config) per point of the cartesian product of its
+    value lists, in the order the keys and values are written (the last key varies fastest).
+
+    Each point's config is `config` with the point's values set and no sweep; its label (e.g.
+    `name-grpo_seed-1`: the last part of each key and its value) names its run directory
+    inside the experiment's. No sweep: one point, label "". ConfigError (one line) for a key
+    that is not a config key, an empty list, or a value the field refuses.
+    """
+    if not config.sweep:
+        return [("", config)]
+    keys = list(config.sweep)
+    for key in keys:
+        if key == "sweep" or key.startswith("sweep."):
+            raise ConfigError(f"{source}: sweep key {key!r}: a sweep cannot sweep itself")
+        if not config.sweep[key]:
+            raise ConfigError(f"{source}: sweep key {key!r}: no values")
+    base = config.to_dict()
+    base.pop("sweep", None)
+    points: list[tuple[str, ExperimentConfig]] = []
+    for values in itertools.product(*(config.sweep[key] for key in keys)):
+        raw = copy.deepcopy(base)
+        for key, value in zip(keys, values, strict=True):
+            _set_key(raw, key, value, f"{source}: sweep")
+        label = "_".join(f"{key.rsplit('.', 1)[-1]}-{_slug(value)}"
+                         for key, value in zip(keys, values, strict=True))
+        points.append((label, validate_config(raw, f"{source} (sweep point {label})")))
+    labels = [label for label, _ in points]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{source}: sweep: two points have the same label; give the values "
+                          "distinct names")
+    return points
+
+
+def _slug(value: Any) -> str:
+    text = re.sub(r"[^A-Za-z0-9.]+", ".", str(value)).strip(".")
+    return text[:40] or "x"
+
+
+def _set_key(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Set `key` (a dotted config key) to `value` in the raw data, as an override does."""
+    _apply_override(raw, f"{key}={tomli_w.dumps({'v': value})[4:].strip()}", source)
 
 
 # ---------------------------------------------------------------- saving

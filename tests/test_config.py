@@ -10,6 +10,7 @@ import pytest
 from hargo_hpc.config import (
     ConfigError,
     ExperimentConfig,
+    expand_sweep,
     load_config,
     parse_value,
     save_resolved,
@@ -158,3 +159,34 @@ def test_hargo_section_is_the_algorithm_params() -> None:
     cfg = validate_config({"algorithm": {"name": "hargo", "hargo": {"confidence": False}}})
     resolved = resolve_algorithm(cfg.algorithm)
     assert resolved.hargo == HargoParams(confidence=False)
+
+
+def test_a_time_limit_override_stays_a_string() -> None:
+    # TOML reads 00:10:00 as a time of day; a Slurm limit is meant
+    assert parse_value("00:10:00") == "00:10:00" and parse_value("1979-05-27") == "1979-05-27"
+    assert parse_value("3") == 3 and parse_value('"00:10:00"') == "00:10:00"
+
+
+def test_setting_one_key_of_a_job_kind_keeps_the_kinds_other_defaults() -> None:
+    # [slurm.train] with only a time limit is still a GPU job, not JobResources' CPU default
+    config = validate_config({"slurm": {"train": {"time": "00:10:00"},
+                                        "eval": {"partition": "cpu", "gpus_per_node": 0}}})
+    train = config.slurm.train
+    assert (train.partition, train.gpus_per_node, train.cpus_per_task, train.time) == (
+        "gpu", 1, 2, "00:10:00")
+    assert (config.slurm.eval.partition, config.slurm.eval.gpus_per_node) == ("cpu", 0)
+
+
+def test_a_sweep_expands_to_every_combination_in_the_written_order() -> None:
+    config = validate_config({"run": {"name": "m"}, "sweep": {
+        "algorithm.name": ["grpo", "dapo"], "run.seed": [0, 1], "training.lr": [1e-5]}})
+    points = expand_sweep(config)
+    assert [label for label, _ in points] == [
+        "name-grpo_seed-0_lr-1e.05", "name-grpo_seed-1_lr-1e.05",
+        "name-dapo_seed-0_lr-1e.05", "name-dapo_seed-1_lr-1e.05"]
+    assert [(p.algorithm.name, p.run.seed, p.training.lr) for _, p in points] == [
+        ("grpo", 0, 1e-5), ("grpo", 1, 1e-5), ("dapo", 0, 1e-5), ("dapo", 1, 1e-5)]
+    assert all(p.sweep == {} and p.run.name == "m" for _, p in points)
+    assert expand_sweep(validate_config({})) == [("", validate_config({}))]
+    with pytest.raises(ConfigError, match="same label"):
+        expand_sweep(validate_config({"sweep": {"training.lr": ["0.5", 0.5]}}))

@@ -31,14 +31,6 @@ print(json.dumps({
 }))
 """
 
-RENDER = """
-from hargo_hpc.config import JobResources
-from hargo_hpc.slurm import render_script
-print(render_script("bench_worker.sh.j2", job_name="w", resources=JobResources(
-    array_parallelism=2), array="0-3", log_dir="logs", python="python", handoff_dir="h",
-    config_file="c.toml", max_idle=5), end="")
-"""
-
 LOAD_JOBS = """
 import sys
 from hargo_hpc.config import load_config
@@ -78,6 +70,8 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
     for data in ("hargo_hpc/slurm/templates/base.sh.j2",
                  "hargo_hpc/slurm/templates/bench_worker.sh.j2",
+                 "hargo_hpc/slurm/templates/_select.sh.j2",
+                 "hargo_hpc/slurm/templates/train.sh.j2",
                  "hargo_hpc/examples/jobs/demo.toml", "hargo_hpc/bench/kernels/naive.c",
                  "hargo_hpc/tasks/samples/data_race_c.json",
                  "hargo_hpc/tasks/samples/gemm_problems.json",
@@ -117,13 +111,6 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     assert probe["loaded"] == [] and not any("editable" in f for f in probe["finders"])
     assert str(REPO) not in probe["path"]
 
-    script = run([str(python), "-c", RENDER], outside, env).stdout
-    assert script.startswith("#!/bin/bash\n#SBATCH --job-name=w\n")
-    assert "#SBATCH --array=0-3%2\n#SBATCH --output=logs/%x-%A_%a.out\n" in script
-    assert "#SBATCH --signal=B:USR1@60\n" in script
-    assert script.rstrip().endswith(
-        "exec python -m hargo_hpc worker --handoff h --config c.toml --max-idle 5 --threads 1")
-
     hargo = str(venv / "bin" / "hargo")
     done = run([hargo, "init", "proj"], outside, env)
     written = [line.removeprefix("wrote ") for line in done.stdout.splitlines()
@@ -131,6 +118,19 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     assert len(written) == 5
     names = run([str(python), "-c", LOAD_JOBS, *written], outside, env).stdout.split()
     assert names == ["demo", "gemm-sqd", "hpcgpt-mix-hargo", "sweep", "tiny"]
+
+    # the batch templates come from the installed package, not from a source tree
+    gemm = next(path for path in written if path.endswith("gemm_sqd.toml"))
+    run([hargo, "render", gemm, "-o", "scripts"], outside, env)
+    scripts = outside / "scripts"
+    assert sorted(p.name for p in scripts.glob("*.sh")) == ["bench.sh", "eval.sh", "stop.sh",
+                                                           "train.sh"]
+    bench = (scripts / "bench.sh").read_text()
+    assert bench.startswith("#!/bin/bash\n#SBATCH --job-name=gemm-sqd-bench\n")
+    assert "#SBATCH --signal=B:USR1@60\n" in bench and 'exec "${CMD[@]}"' in bench
+    assert "#SBATCH --requeue\n" in (scripts / "train.sh").read_text()
+    for script in scripts.glob("*.sh"):
+        run(["bash", "-n", str(script)], outside, env)
 
     kernel = Path(run([str(python), "-c", KERNEL], outside, env).stdout.strip())
     assert kernel.is_relative_to(venv) and kernel.is_file()

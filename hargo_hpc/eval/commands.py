@@ -27,6 +27,21 @@ def eval_group() -> None:
     """Score predictions with a task's metrics; WinRate of one system against another."""
 
 
+@eval_group.command("run", context_settings=CONTEXT)
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+def run(run_dir: str, as_json: bool) -> None:
+    """Summarise the finished training run in RUN_DIR into RUN_DIR/eval/summary.json (the
+    job `hargo submit` chains after training)."""
+    from hargo_hpc.eval.summary import EvalError, format_summary, summarise
+
+    try:
+        summary = summarise(run_dir)
+    except EvalError as err:
+        raise UsageFailure(str(err)) from None
+    click.echo(json.dumps(summary) if as_json else format_summary(summary))
+
+
 @eval_group.command("score", context_settings=CONTEXT)
 @click.argument("task_name", metavar="TASK")
 @click.argument("predictions", metavar="PREDICTIONS")

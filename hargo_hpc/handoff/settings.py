@@ -38,6 +38,12 @@ class HandoffSettings(BaseModel):
         "does it",
     )
 
+    step_offset: int = Field(
+        0, ge=0,
+        description="added to the trainer's step numbers in the handoff directory: runs that "
+        "share one directory (the runs of a sweep under hargo submit) get disjoint ranges",
+    )
+
     @model_validator(mode="after")
     def _idle_outlives_lease(self) -> HandoffSettings:
         if self.worker_max_idle_s <= self.lease_s:

@@ -38,7 +38,8 @@ _NO_ARRAY_LIMIT = 1 << 30
 
 
 def slurm_parameters(
-    resources: JobResources, setup: Sequence[str] = (), *, job_name: str = "hargo"
+    resources: JobResources, setup: Sequence[str] = (), *, job_name: str = "hargo",
+    to_steps: bool = False, requeue: bool = False,
 ) -> dict[str, Any]:
     """submitit's parameters for `resources`, derived from the templates' `sbatch_options`.
 
@@ -52,7 +53,8 @@ def slurm_parameters(
     """
     params: dict[str, Any] = {"slurm_setup": list(setup)}
     extra: dict[str, Any] = {}
-    for name, value in sbatch_options(resources, job_name=job_name):
+    for name, value in sbatch_options(resources, job_name=job_name, to_steps=to_steps,
+                                      requeue=requeue):
         if name in _SUBMITIT_NAMES:
             key, kind = _SUBMITIT_NAMES[name]
             params[key] = kind(value)

@@ -38,6 +38,9 @@ def bench_worker_script(
     python: str | None = None,
 ) -> str:
     """The batch script of the bench worker array (`[slurm.bench]`, `handoff.workers` tasks)."""
+    worker = [python or config.slurm.python, "-m", "hargo_hpc", "worker", "--handoff",
+              str(handoff_dir), "--config", str(config_file), "--max-idle",
+              f"{config.handoff.worker_max_idle_s:g}", "--threads", "1"]
     return render_script(
         "bench_worker.sh.j2",
         job_name=f"{config.run.name}-bench",
@@ -45,10 +48,7 @@ def bench_worker_script(
         log_dir=log_dir,
         array=f"0-{config.handoff.workers - 1}",
         setup=config.slurm.setup,
-        python=shlex.quote(python or config.slurm.python),
-        handoff_dir=shlex.quote(str(handoff_dir)),
-        config_file=shlex.quote(str(config_file)),
-        max_idle=config.handoff.worker_max_idle_s,
+        commands=[shlex.join(worker)] * config.handoff.workers,
     )
 
 

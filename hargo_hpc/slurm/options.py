@@ -7,7 +7,10 @@
 so a resource cannot reach one path and not the other.
 
 The time-limit warning: `--signal=B:USR1@60` sends SIGUSR1 to the batch shell 60 s before the
-limit (the bench worker template `exec`s the worker, which releases its claims on SIGUSR1).
+limit (the bench worker template `exec`s the worker, which releases its claims on SIGUSR1);
+a job whose work runs in `srun` steps (training: `to_steps=True`) gets `--signal=USR1@60`,
+sent to every task of its steps, where the trainer checkpoints and exits 75. `requeue=True`
+adds `--requeue` (the training array: a task requeues itself after such a stop).
 Under submitit the same lead time becomes `slurm_signal_delay_s`; the signal itself is
 submitit's own (USR2 unless `SUBMITIT_PREEMPT_SIGNAL`), sent to the job steps, because
 submitit's handler in the job is what checkpoints and requeues there.
@@ -37,6 +40,8 @@ _OWNED = {
     "array": "the job's array (array_parallelism for its %limit)",
     "output": "the job's log directory",
     "signal": f"fixed: {TIME_SIGNAL} {SIGNAL_LEAD_S} s before the time limit",
+    "requeue": "the job kind (training arrays requeue)",
+    "open-mode": "the job kind (append for the requeued training array)",
 }
 # Options that come from a resource field only when that field is set.
 _OPTIONAL = {"gres": "gpus_per_node", "account": "account", "qos": "qos",
@@ -69,6 +74,8 @@ def sbatch_options(
     job_name: str,
     array: str = "",
     log_dir: str | os.PathLike[str] | None = None,
+    to_steps: bool = False,
+    requeue: bool = False,
 ) -> list[Option]:
     """The `#SBATCH` options of a job kind, in the order the templates write them.
 
@@ -104,7 +111,10 @@ def sbatch_options(
             raise ValueError(f"slurm extra option {line!r}: --{name} is set by {taken[name]}")
         taken[name] = "an earlier extra option"
         options.append((name, value))
-    options.append(("signal", f"B:{TIME_SIGNAL}@{SIGNAL_LEAD_S}"))
+    if requeue:  # a requeued task appends to its log instead of truncating it
+        options += [("requeue", ""), ("open-mode", "append")]
+    target = "" if to_steps else "B:"
+    options.append(("signal", f"{target}{TIME_SIGNAL}@{SIGNAL_LEAD_S}"))
     return options
 
 

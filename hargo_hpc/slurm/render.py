@@ -32,10 +32,12 @@ def template_loader() -> tuple[jinja2.BaseLoader, str]:
 
 
 def template_names() -> list[str]:
-    """The templates available now (the package's, or those in `$HARGO_TEMPLATE_DIR`)."""
+    """The templates available now (the package's, or those in `$HARGO_TEMPLATE_DIR`); parts
+    that others include (`_*.j2`) left out."""
     loader, _ = template_loader()
     try:
-        return sorted(name for name in loader.list_templates() if name.endswith(".j2"))
+        return sorted(name for name in loader.list_templates()
+                      if name.endswith(".j2") and not name.startswith("_"))
     except OSError:  # a $HARGO_TEMPLATE_DIR that does not exist
         return []
 
@@ -49,12 +51,15 @@ def render_script(
     log_dir: str | os.PathLike[str] = ".",
     array: str = "",
     setup: Sequence[str] = (),
+    to_steps: bool = False,
+    requeue: bool = False,
     **variables: object,
 ) -> str:
     """The batch script of `template` (e.g. "base.sh.j2") for one job kind.
 
     `command` is a shell line or an argv list (quoted here); `array` an sbatch --array
-    range such as "0-7"; `setup` shell lines run before the command (modules, venv).
+    range such as "0-7"; `setup` shell lines run before the command (modules, venv);
+    `to_steps` / `requeue` as in `sbatch_options`.
     Templates get `sbatch_lines` (the `#SBATCH` lines), `res` (the resources), `job_name`,
     `command`, `log_dir`, `array`, `setup` and `variables`.
     """
@@ -67,7 +72,8 @@ def render_script(
     )
     if not isinstance(command, str):
         command = shlex.join(command)
-    options = sbatch_options(resources, job_name=job_name, array=array, log_dir=log_dir)
+    options = sbatch_options(resources, job_name=job_name, array=array, log_dir=log_dir,
+                             to_steps=to_steps, requeue=requeue)
     try:
         return env.get_template(template).render(
             job_name=job_name,

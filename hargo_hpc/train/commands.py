@@ -24,9 +24,14 @@ from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
 
 def _config(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
     try:
-        return load_config(job, list(overrides))
+        config = load_config(job, list(overrides))
     except ConfigError as err:
         raise UsageFailure(str(err)) from None
+    if config.sweep:  # the sweep is `hargo submit`'s: one run here, the file's own values
+        click.echo(f"note: {job}: [sweep] ignored ({', '.join(config.sweep)}); this trains "
+                   "the file's own values (hargo submit trains every point)", err=True)
+        config = config.model_copy(update={"sweep": {}})
+    return config
 
 
 def _fmt(value: Any, spec: str = ".3f") -> str:

@@ -8,7 +8,8 @@ Three sources, tried in this order by `detect`:
 2. **Slurm** (`srun`, or a submitit job): `SLURM_PROCID` and `SLURM_NTASKS` set and the
    standard ones not. The values come from `submitit.helpers.TorchDistributedEnvironment`:
    rank = SLURM_PROCID, world size = SLURM_NTASKS, local rank = SLURM_LOCALID, master address =
-   the first host of SLURM_JOB_NODELIST, master port = MASTER_PORT when set, else a port in
+   the first host of SLURM_JOB_NODELIST (127.0.0.1 in a one-node job, where the node's
+   name need not resolve), master port = MASTER_PORT when set, else a port in
    20000-60000 drawn from a generator seeded with the job id (so every task of the job draws the
    same one without talking). submitit picks its Slurm reader only when SUBMITIT_EXECUTOR=slurm
    (set by submitit's own sbatch file); under a plain `sbatch` + `srun` it is not set, so
@@ -136,9 +137,11 @@ def _from_slurm(environ: Mapping[str, str]) -> DistEnv:
             slurm = TorchDistributedEnvironment()
         except (KeyError, ValueError, RuntimeError) as err:
             raise DistributedError(f"cannot read the Slurm task environment: {err}") from None
+    # One node: the rendezvous stays on the loopback (a node name need not resolve there).
+    one_node = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "")) == "1"
     return DistEnv(
         int(slurm.rank), int(slurm.world_size), int(slurm.local_rank),
-        str(slurm.master_addr), int(slurm.master_port), "slurm",
+        "127.0.0.1" if one_node else str(slurm.master_addr), int(slurm.master_port), "slurm",
     )
 
 

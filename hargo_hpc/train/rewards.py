@@ -194,14 +194,15 @@ class RewardRouter:
         records: list[dict[str, Any] | None] = [None] * n
         remote = [i for i, task in enumerate(owners) if task.remote]
         wait_s = 0.0
+        handoff_step = step + self.settings.step_offset  # disjoint from other runs' steps
         if remote:  # first: the bench works while the text rewards are computed
             started = time.monotonic()
-            self._submit(step, remote, owners, examples, completions, stage, forbidden)
+            self._submit(handoff_step, remote, owners, examples, completions, stage, forbidden)
             wait_s = time.monotonic() - started
         self._text_rewards(owners, examples, completions, rewards)
         if remote:
             started = time.monotonic()
-            by_id = self._collect(step, [request_id(i) for i in remote])
+            by_id = self._collect(handoff_step, [request_id(i) for i in remote])
             wait_s += time.monotonic() - started
             for i in remote:
                 record = by_id[request_id(i)]
@@ -211,7 +212,7 @@ class RewardRouter:
                     scored[i] = False
                 else:
                     rewards[i] = float(value)
-            self._report_unscored(step, [records[i] for i in remote if not scored[i]],
+            self._report_unscored(handoff_step, [records[i] for i in remote if not scored[i]],
                                   len(remote))  # fmt: skip
         return RewardBatch(rewards, scored, records, wait_s)
 

@@ -90,13 +90,14 @@ def test_template_and_submitit_carry_the_same_options(shape: str, tmp_path: Path
 
 def test_the_bench_worker_template_uses_the_same_lines(tmp_path: Path) -> None:
     resources = JobResources(array_parallelism=2, extra=["--exclusive"])
+    worker = "py -m hargo_hpc worker --handoff h --config c.toml --max-idle 5 --threads 1"
     script = render_script("bench_worker.sh.j2", job_name="w", resources=resources,
-                           log_dir=tmp_path, array="0-3", python="py", handoff_dir="h",
-                           config_file="c.toml", max_idle=5)
-    assert parse_sbatch(script) == sbatch_options(resources, job_name="w", array="0-3",
+                           log_dir=tmp_path, array="0-1", commands=[worker, worker])
+    assert parse_sbatch(script) == sbatch_options(resources, job_name="w", array="0-1",
                                                   log_dir=tmp_path)
-    assert script.rstrip().splitlines()[-1] == \
-        "exec py -m hargo_hpc worker --handoff h --config c.toml --max-idle 5 --threads 1"
+    lines = script.rstrip().splitlines()
+    assert f"    1) CMD=({worker}) ;;" in lines
+    assert lines[-1] == 'exec "${CMD[@]}"'
 
 
 def test_submitit_parameters_come_from_the_options() -> None:
@@ -165,7 +166,7 @@ def test_missing_template_names_where_it_looked(monkeypatch: pytest.MonkeyPatch)
         render_script("nope.sh.j2", job_name="x", resources=JobResources())
     assert str(err.value) == ("no sbatch template 'nope.sh.j2' in the package's templates "
                               "(hargo_hpc.slurm/templates) (templates there: base.sh.j2, "
-                              "bench_worker.sh.j2)")
+                              "bench_worker.sh.j2, eval.sh.j2, stop.sh.j2, train.sh.j2)")
 
 
 def test_site_template_dir_overrides_the_package(monkeypatch: pytest.MonkeyPatch,

@@ -88,6 +88,14 @@ def test_slurm_variables_through_submitit(monkeypatch: pytest.MonkeyPatch) -> No
     assert "SUBMITIT_EXECUTOR" not in os.environ  # set for the call only
 
 
+def test_a_one_node_slurm_job_meets_on_the_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the local cluster's node is named hargo1, a name nothing resolves: one node needs none
+    _slurm_env(monkeypatch, SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="hargo1",
+               SLURM_NTASKS="2", SLURM_PROCID="1", SLURM_NODEID="0")
+    env = detect()
+    assert (env.rank, env.world_size, env.master_addr) == (1, 2, "127.0.0.1")
+
+
 def test_slurm_with_a_master_port_and_submitits_own_executor(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:

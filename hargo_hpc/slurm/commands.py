@@ -1,0 +1,95 @@
+"""`hargo render` and `hargo submit`: an experiment file to batch scripts, and to jobs.
+
+Thin: parse, call `hargo_hpc.slurm.submission`, print. Bad input is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from hargo_hpc.slurm.submission import Plan
+
+
+def _plan(job: str, overrides: tuple[str, ...], python: str | None = None,
+          config_dir: Path | None = None) -> Plan:
+    from hargo_hpc.slurm.submission import plan_submission
+
+    try:
+        return plan_submission(load_config(job, list(overrides)), job, python=python,
+                               config_dir=config_dir)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        raise UsageFailure(str(err)) from None
+
+
+@click.command("render", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="directory for the scripts (created)")
+def render(job: str, overrides: tuple[str, ...], out_dir: str) -> None:
+    """Write the batch script of every job of JOB (after OVERRIDES) into OUT, and the runs'
+    resolved configs into OUT/configs/: standalone scripts to `sbatch` by hand (chain stop
+    and eval after train with --dependency, as the graph printed last says)."""
+    from hargo_hpc.slurm.submission import graph, write_run_configs, write_scripts
+
+    out = Path(out_dir)
+    plan = _plan(job, overrides, config_dir=out / "configs")
+    paths = write_scripts(plan, out)
+    write_run_configs(plan, root=False)
+    for name, path in paths.items():
+        click.echo(f"{name:<6} {path}")
+    click.echo(graph(plan))
+
+
+@click.command("submit", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="print the scripts and the graph; submit nothing")
+@click.option("--executor", type=click.Choice(["slurm", "local"]), default="slurm",
+              show_default=True, help="sbatch on this cluster, or local processes (submitit)")
+@click.option("--wait", is_flag=True,
+              help="follow the submission to its end; exit 1 if a job failed")
+def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
+           wait: bool) -> None:
+    """Submit the experiment JOB (after OVERRIDES): the bench worker array, the training
+    array (one task per [sweep] point), the stop and eval jobs chained after it. Writes
+    <run.dir>/<run.name>/ (run.json, scripts/, logs/, handoff/, the runs)."""
+    from hargo_hpc.slurm.submission import (
+        SubmitError,
+        graph,
+        render_job,
+        run_local,
+    )
+    from hargo_hpc.slurm.submission import submit as submit_plan
+
+    plan = _plan(job, overrides, python=sys.executable if executor == "local" else None)
+    if dry_run:
+        for planned in plan.jobs:
+            click.echo(f"# ---- {planned.name}.sh")
+            click.echo(render_job(plan, planned), nl=False)
+        click.echo("# ---- dependency graph")
+        click.echo(graph(plan))
+        return
+    try:
+        if executor == "local":
+            manifest = run_local(plan, log=lambda line: click.echo(line, err=True))
+        else:
+            manifest = submit_plan(plan, log=lambda line: click.echo(line, err=True))
+    except SubmitError as err:
+        raise UsageFailure(str(err)) from None
+    click.echo(f"submission: {manifest.root}")
+    if wait and executor == "slurm":
+        from hargo_hpc.slurm.watch import wait_for
+
+        failed = wait_for(manifest)
+        if failed:
+            click.echo(failed, err=True)
+            sys.exit(1)

@@ -1,0 +1,112 @@
+"""`run.json`: what one `hargo submit` put where, read back by `hargo status / cancel / logs`.
+
+The submission directory (`<run.dir>/<run.name>/`) holds:
+
+```
+run.json                 this manifest (written atomically, rewritten as jobs are submitted)
+config.toml              the experiment's resolved config (with its [sweep], if any)
+scripts/<job>.sh         the batch script of each job (`hargo render` writes the same ones)
+logs/<job>-<id>_<i>.out  Slurm's output of array task i (`%x-%A_%a.out`, %x = <name>-<job>)
+handoff/                 the handoff directory every run of the submission shares
+<label>/                 one run directory per sweep point (no sweep: the submission's own)
+```
+
+A manifest is plain JSON; the dataclasses below are its schema. `executor` is "slurm" (job
+ids are Slurm's) or "local" (job ids are submitit's local ones, logs in the submitit folder).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hargo_hpc.files import write_atomic
+
+MANIFEST = "run.json"
+FORMAT = 1
+
+
+class ManifestError(ValueError):
+    """A missing or unreadable run.json (one line, naming the file)."""
+
+
+@dataclass
+class RunEntry:
+    """One training run of the submission (a sweep point): its array index, label, directory
+    and resolved config file."""
+
+    index: int
+    label: str
+    dir: str
+    config: str
+    config_hash: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JobEntry:
+    """One Slurm job (an array) of the submission. `after` names the jobs it depends on and
+    `dependency` is the sbatch form used (e.g. `afterok:123`); `job_id` is "" until
+    submitted. `log` is the output pattern (`%A` job id, `%a` array index)."""
+
+    name: str
+    script: str
+    array: str
+    tasks: int
+    after: list[str] = field(default_factory=list)
+    dependency: str = ""
+    job_id: str = ""
+    log: str = ""
+
+
+@dataclass
+class Manifest:
+    name: str
+    root: str
+    executor: str
+    submitted_at: str
+    version: str
+    git_revision: str | None
+    config_hash: str
+    handoff_dir: str | None
+    runs: list[RunEntry]
+    jobs: list[JobEntry]
+    format: int = FORMAT
+
+    def job(self, name: str) -> JobEntry:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        known = ", ".join(j.name for j in self.jobs)
+        raise ManifestError(f"{self.root}: no job {name!r} in this submission (jobs: {known})")
+
+    def job_ids(self) -> list[str]:
+        return [job.job_id for job in self.jobs if job.job_id]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1) + "\n"
+
+    def save(self) -> Path:
+        path = Path(self.root) / MANIFEST
+        write_atomic(path, self.to_json())
+        return path
+
+
+def load_manifest(run_dir: str | Path) -> Manifest:
+    """The manifest of the submission in `run_dir`; ManifestError when there is none."""
+    path = Path(run_dir) / MANIFEST
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such file; is {run_dir} a directory `hargo submit` "
+                            "wrote?") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ManifestError(f"{path}: cannot read it: {err}") from None
+    try:
+        runs = [RunEntry(**r) for r in raw.pop("runs")]
+        jobs = [JobEntry(**j) for j in raw.pop("jobs")]
+        return Manifest(runs=runs, jobs=jobs, **raw)
+    except (KeyError, TypeError) as err:
+        raise ManifestError(f"{path}: not a hargo submission manifest ({err})") from None

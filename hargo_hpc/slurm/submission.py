@@ -1,0 +1,410 @@
+"""From an experiment file to its jobs: the plan, the batch scripts, the submission.
+
+`plan_submission(config)` turns one experiment (and its `[sweep]`) into the runs and jobs of one
+submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
+
+    train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside
+    bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
+            rewarded by the bench), serving every run: they share one handoff directory, each
+            run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); `after` the
+            first training task started, so workers do not sit idle (and time out) while the
+            GPU jobs wait in the queue
+    stop    afterany:train, writes the handoff's stop sentinel (the workers exit)
+    eval    afterok:train, `hargo eval run` array, one task per run
+
+Every job's command is built here, once (`PlannedJob.commands`, one argv per array task): the
+batch templates select theirs by `SLURM_ARRAY_TASK_ID`, the local executor runs it as is.
+`submit` (sbatch: `--test-only` for every script first, then the jobs in dependency order;
+a refusal cancels what was submitted) and `run_local` (submitit's local executor, the same
+commands, the chain kept by waiting) write the manifest (`run.json`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hargo_hpc import __version__
+from hargo_hpc.config import (
+    ConfigError,
+    ExperimentConfig,
+    JobResources,
+    expand_sweep,
+    save_resolved,
+)
+from hargo_hpc.files import write_atomic
+from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
+from hargo_hpc.slurm.render import render_script
+
+STEP_SPAN = 1_000_000  # handoff steps per run of a submission (run i: i*SPAN + step)
+MAX_REQUEUES = 3  # a training task requeues itself at most this often after a stop
+SCRIPTS, LOGS, HANDOFF = "scripts", "logs", "handoff"
+
+
+class SubmitError(RuntimeError):
+    """The submission cannot go ahead (one line: what and where); nothing is left running."""
+
+
+@dataclass
+class PlannedRun:
+    """One training run: sweep point `index` (its array task), its label and config."""
+
+    index: int
+    label: str
+    config: ExperimentConfig
+    overrides: dict[str, Any]
+    config_file: Path  # where its resolved config is written and read by the jobs
+
+    @property
+    def dir(self) -> Path:
+        return self.config.run_dir()
+
+
+@dataclass
+class PlannedJob:
+    """One array job: its template, resources, one command per task and the jobs it waits
+    for (`after`: (dependency type, job name))."""
+
+    name: str
+    template: str
+    resources: JobResources
+    commands: list[list[str]]
+    after: list[tuple[str, str]] = field(default_factory=list)
+    to_steps: bool = False
+    requeue: bool = False
+    variables: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tasks(self) -> int:
+        return len(self.commands)
+
+
+@dataclass
+class Plan:
+    config: ExperimentConfig
+    root: Path
+    runs: list[PlannedRun]
+    jobs: list[PlannedJob]
+    handoff_dir: Path | None
+    python: str
+
+    @property
+    def scripts_dir(self) -> Path:
+        return self.root / SCRIPTS
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / LOGS
+
+    def job(self, name: str) -> PlannedJob:
+        return next(job for job in self.jobs if job.name == name)
+
+    def job_name(self, job: PlannedJob) -> str:
+        """Slurm's name of the job (`%x` in log names): `<run.name>-<job>`."""
+        return f"{self.config.run.name}-{job.name}"
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
+                    python: str | None = None, config_dir: Path | None = None) -> Plan:
+    """The runs and jobs of `config` (module docstring); ConfigError for a sweep that cannot
+    be run (a bad key, a [bench] / [handoff] / [slurm] key swept: one worker array and one
+    set of batch resources serve every run). The runs' resolved configs go into their run
+    directories, or into `config_dir` (`hargo render`: next to the scripts) as
+    `<label or run.name>.toml`."""
+    from hargo_hpc.tasks.registry import get_task
+
+    root = config.run_dir().absolute()
+    points = expand_sweep(config, source)
+    for key in config.sweep:
+        if key.split(".")[0] in ("bench", "handoff", "slurm", "run") and key != "run.seed":
+            raise ConfigError(f"{source}: sweep key {key!r}: every run of a submission "
+                                  "shares the bench workers, the batch resources and the "
+                                  "submission directory; only run.seed may vary in [run]")
+    remote = any(get_task(spec.name).remote for spec in config.data.tasks)
+    handoff_dir = root / HANDOFF if remote else None
+    runs = []
+    for index, (label, point) in enumerate(points):
+        run_dir = root / label if label else root
+        update: dict[str, Any] = {"run": point.run.model_copy(update={
+            "dir": str(run_dir.parent), "name": run_dir.name})}
+        if handoff_dir is not None:
+            update["handoff"] = point.handoff.model_copy(update={
+                "dir": str(handoff_dir), "step_offset": index * STEP_SPAN, "local_workers": 0})
+        overrides = {key: values for key, values in _point_values(config, label, points)}
+        file = (run_dir / "config.toml" if config_dir is None
+                else config_dir.absolute() / f"{label or config.run.name}.toml")
+        runs.append(PlannedRun(index, label, point.model_copy(update=update), overrides, file))
+    py = python or config.slurm.python
+    hargo = [py, "-m", "hargo_hpc"]
+    slurm = config.slurm
+    jobs = [PlannedJob("train", "train.sh.j2", slurm.train,
+                       [[*hargo, "train", str(r.config_file)] for r in runs],
+                       to_steps=True, requeue=True, variables={"max_requeues": MAX_REQUEUES})]
+    if handoff_dir is not None:
+        worker = [*hargo, "worker", "--handoff", str(handoff_dir), "--config",
+                  str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",
+                  "--threads", "1"]
+        jobs.append(PlannedJob("bench", "bench_worker.sh.j2", slurm.bench,
+                               [worker] * config.handoff.workers, after=[("after", "train")]))
+        jobs.append(PlannedJob("stop", "stop.sh.j2", slurm.bench.model_copy(update={
+            "array_parallelism": 0, "time": "00:05:00", "cpus_per_task": 1}),
+            [[*hargo, "handoff", "stop", str(handoff_dir), "--reason", "training ended"]],
+            after=[("afterany", "train")]))
+    jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,
+                           [[*hargo, "eval", "run", str(r.dir)] for r in runs],
+                           after=[("afterok", "train")]))
+    return Plan(config, root, runs, jobs, handoff_dir, py)
+
+
+def _point_values(config: ExperimentConfig, label: str,
+                  points: Sequence[tuple[str, ExperimentConfig]]) -> list[tuple[str, Any]]:
+    """The swept keys and this point's values (read back from its config)."""
+    point = dict(points)[label]
+    out = []
+    for key in config.sweep:
+        node: Any = point
+        for part in key.split("."):
+            node = node[int(part)] if isinstance(node, list) else getattr(node, part)
+        out.append((key, node.model_dump(mode="json") if hasattr(node, "model_dump") else node))
+    return out
+
+
+# ---------------------------------------------------------------- scripts
+
+
+def render_job(plan: Plan, job: PlannedJob) -> str:
+    """The batch script of `job` (standalone: `sbatch` it by hand, dependencies aside)."""
+    return render_script(
+        job.template, job_name=plan.job_name(job), resources=job.resources,
+        log_dir=plan.log_dir, array=f"0-{job.tasks - 1}", setup=plan.config.slurm.setup,
+        to_steps=job.to_steps, requeue=job.requeue,
+        commands=[shlex.join(argv) for argv in job.commands], **job.variables,
+    )
+
+
+def write_scripts(plan: Plan, out_dir: Path | None = None) -> dict[str, Path]:
+    """Every job's batch script into `out_dir` (default: the plan's scripts/), executable."""
+    directory = out_dir or plan.scripts_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for job in plan.jobs:
+        path = directory / f"{job.name}.sh"
+        write_atomic(path, render_job(plan, job))
+        path.chmod(0o755)
+        paths[job.name] = path
+    return paths
+
+
+def write_run_configs(plan: Plan, *, root: bool = True) -> None:
+    """Each run's resolved config where its jobs read it and (`root`) the experiment's at
+    the submission's root."""
+    if root:
+        save_resolved(plan.config, plan.root)
+    for run in plan.runs:
+        run.config_file.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(run.config_file, run.config.to_toml())
+
+
+def graph(plan: Plan) -> str:
+    """The dependency graph, one line per job."""
+    lines = []
+    for job in plan.jobs:
+        after = ", ".join(f"{kind}:{name}" for kind, name in job.after) or "-"
+        lines.append(f"{job.name:<6} {job.tasks:>3} task(s) on {job.resources.partition:<8} "
+                     f"after {after}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- submitting
+
+
+def check_fresh(plan: Plan) -> None:
+    """SubmitError when the submission directory (or a run's) holds a submission already."""
+    for path in [plan.root / MANIFEST, *(r.dir / "metrics.jsonl" for r in plan.runs)]:
+        if path.exists():
+            raise SubmitError(f"{path.parent} holds a submission or run already; set another "
+                              "run.name / run.dir, or remove it")
+
+
+def manifest_of(plan: Plan, executor: str) -> Manifest:
+    from hargo_hpc.train.checkpoint import config_hash
+
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    pattern = "%A_%a" if executor == "slurm" else "%j"
+    runs = [RunEntry(r.index, r.label, str(r.dir), str(r.config_file),
+                     config_hash(r.config.to_toml()), dict(r.overrides)) for r in plan.runs]
+    jobs = [JobEntry(j.name, str(plan.scripts_dir / f"{j.name}.sh"), f"0-{j.tasks - 1}",
+                     j.tasks, [name for _, name in j.after],
+                     log=str(plan.log_dir / f"{plan.job_name(j)}-{pattern}.out"))
+            for j in plan.jobs]
+    return Manifest(plan.config.run.name, str(plan.root), executor, now, __version__,
+                    git_revision(), config_hash(plan.config.to_toml()),
+                    str(plan.handoff_dir) if plan.handoff_dir else None, runs, jobs)
+
+
+def git_revision() -> str | None:
+    """The project's git revision when it runs from a checkout, else None."""
+    here = Path(__file__).resolve().parents[2]
+    if not (here / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+Runner = Callable[[list[str]], str]
+
+
+def _sbatch(argv: list[str]) -> str:
+    """Run one sbatch command line; its stdout. SubmitError with Slurm's own message."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise SubmitError("sbatch not found: this is not a Slurm login node; run the same "
+                          "jobs here with `--executor local`") from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"{shlex.join(argv)}: no answer from Slurm in 60 s") from None
+    if done.returncode != 0:
+        message = " ".join((done.stderr or done.stdout).split())
+        raise SubmitError(f"sbatch refused {Path(argv[-1]).name}: {message}")
+    return done.stdout + done.stderr
+
+
+def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = print
+           ) -> Manifest:
+    """Submit every job of `plan` with sbatch (module docstring); return the saved manifest.
+
+    Every script first passes `sbatch --test-only` (an unknown partition, account or QoS is
+    Slurm's own message before anything runs). A later refusal cancels every job already
+    submitted and raises SubmitError."""
+    check_fresh(plan)
+    write_run_configs(plan)
+    scripts = write_scripts(plan)
+    plan.log_dir.mkdir(parents=True, exist_ok=True)
+    if plan.handoff_dir is not None:
+        plan.handoff_dir.mkdir(parents=True, exist_ok=True)
+    for job in plan.jobs:
+        run(["sbatch", "--test-only", str(scripts[job.name])])
+    manifest = manifest_of(plan, "slurm")
+    ids: dict[str, str] = {}
+    try:
+        for job, entry in zip(plan.jobs, manifest.jobs, strict=True):
+            dependency = ",".join(_dependency(kind, ids[name]) for kind, name in job.after)
+            argv = ["sbatch", "--parsable"]
+            if dependency:  # a dependency that can never be met ends the job (not pending)
+                argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
+            out = run([*argv, str(scripts[job.name])])
+            ids[job.name] = entry.job_id = out.strip().splitlines()[-1].split(";")[0]
+            entry.dependency = dependency
+            log(f"submitted {job.name}: job {entry.job_id} ({job.tasks} task(s) on "
+                f"{job.resources.partition}{', ' + dependency if dependency else ''})")
+    except SubmitError as err:
+        if ids:
+            subprocess.run(["scancel", *ids.values()], capture_output=True, timeout=60)
+            raise SubmitError(f"{err}; cancelled the jobs already submitted "
+                              f"({', '.join(ids.values())})") from None
+        raise
+    finally:
+        if ids:
+            manifest.save()
+    return manifest
+
+
+def _dependency(kind: str, job_id: str) -> str:
+    """sbatch's form: `after` waits for the array's first task to start, the others for the
+    whole array (afterok: every task succeeded; afterany: every task ended)."""
+    return f"after:{job_id}_0" if kind == "after" else f"{kind}:{job_id}"
+
+
+# ---------------------------------------------------------------- the local executor
+
+
+def run_local(plan: Plan, *, log: Callable[[str], object] = print) -> Manifest:
+    """Run the jobs as local processes through submitit's local executor: the workers, the
+    training runs, then (training done) the stop sentinel and the evaluations; the manifest
+    holds submitit's job ids. SubmitError naming the first job that failed and its log."""
+    import submitit
+    from submitit.helpers import CommandFunction
+
+    check_fresh(plan)
+    write_run_configs(plan)
+    write_scripts(plan)
+    if plan.handoff_dir is not None:
+        plan.handoff_dir.mkdir(parents=True, exist_ok=True)
+    manifest = manifest_of(plan, "local")
+    folder = plan.root / "submitit"
+    env = {**os.environ, "OMP_NUM_THREADS": str(1), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
+    started: dict[str, list[Any]] = {}
+
+    def start(job: PlannedJob) -> list[Any]:
+        executor = submitit.AutoExecutor(folder=str(folder / job.name), cluster="local")
+        executor.update_parameters(timeout_min=_minutes(job.resources.time),
+                                   name=plan.job_name(job))
+        handles = [executor.submit(CommandFunction(argv, env=env, verbose=False))
+                   for argv in job.commands]
+        entry = manifest.job(job.name)
+        entry.job_id = ",".join(str(h.job_id) for h in handles)
+        entry.log = str(folder / job.name / "%j_0_log.out")
+        manifest.save()
+        log(f"started {job.name}: {job.tasks} local process(es)")
+        started[job.name] = handles
+        return handles
+
+    try:
+        if plan.handoff_dir is not None:
+            start(plan.job("bench"))
+        training = start(plan.job("train"))
+        failed: SubmitError | None = None
+        try:
+            _wait(plan.job("train"), training, log)
+        except SubmitError as err:  # afterany: the workers are stopped all the same
+            failed = err
+        if plan.handoff_dir is not None:
+            _wait(plan.job("stop"), start(plan.job("stop")), log)
+            _wait(plan.job("bench"), started["bench"], log)
+        if failed is not None:  # afterok: no evaluation of a failed training
+            raise failed
+        _wait(plan.job("eval"), start(plan.job("eval")), log)
+    finally:
+        for handles in started.values():
+            for handle in handles:
+                if not handle.done():
+                    handle.cancel()
+    return manifest
+
+
+def _wait(job: PlannedJob, handles: list[Any], log: Callable[[str], object]) -> None:
+    for index, handle in enumerate(handles):
+        try:
+            handle.result()
+        except Exception as err:  # submitit re-raises the job's failure here
+            first = str(err).strip().splitlines()
+            raise SubmitError(f"job {job.name} task {index} failed "
+                              f"({first[-1] if first else type(err).__name__}); log: "
+                              f"{handle.paths.stderr}") from None
+    log(f"{job.name}: {len(handles)} task(s) done")
+
+
+def _minutes(time: str) -> int:
+    from hargo_hpc.slurm.options import minutes
+
+    return minutes(time)
+
+
+def python_default() -> str:
+    """The interpreter the jobs run: this one, when `slurm.python` is left at "python"."""
+    return sys.executable

@@ -1,0 +1,320 @@
+"""`hargo render` / `hargo submit`: the plan of an experiment (sweep, jobs, dependencies), its
+batch scripts, and real submissions on the local cluster: a two-method sweep with a GEMM task
+served by one worker array and the chained eval, a refused submission that leaves nothing
+behind, a requeued training task that finishes like an uninterrupted one, and the local
+executor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hargo_hpc.cli import main
+from hargo_hpc.config import ConfigError, load_config, validate_config
+from hargo_hpc.slurm import submission as sub
+from hargo_hpc.slurm.manifest import load_manifest
+from hargo_hpc.slurm.watch import job_states, status, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "jobs" / "tiny.toml"
+JOBS = sorted((REPO / "jobs").glob("*.toml"))
+PY = sys.executable
+SMALL = ["training.steps=2", "training.save_every=0", f"slurm.python={PY}",
+         "slurm.train.time=00:10:00", "slurm.bench.time=00:10:00", "slurm.eval.time=00:05:00",
+         "slurm.eval.partition=cpu", "slurm.eval.gpus_per_node=0", "slurm.train.mem=2G",
+         "slurm.bench.mem=2G", "slurm.eval.mem=2G"]
+GEMM_SWEEP = ['data.tasks=[{name="plp_qa"},{name="gemm"}]',
+              'sweep={"algorithm.name"=["grpo","hargo"]}', "handoff.workers=1",
+              "handoff.worker_max_idle_s=300"]
+
+
+def tiny(tmp_path: Path, *overrides: str) -> Any:
+    return load_config(TINY, [f"run.dir={tmp_path}", *SMALL, *overrides])
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"not within {timeout:.0f} s: {what}")
+
+
+# ---------------------------------------------------------------- the plan, without Slurm
+
+
+def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) -> None:
+    plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP))
+    assert [j.name for j in plan.jobs] == ["train", "bench", "stop", "eval"]
+    assert [(j.name, j.tasks) for j in plan.jobs] == [("train", 2), ("bench", 1), ("stop", 1),
+                                                     ("eval", 2)]
+    assert plan.job("bench").after == [("after", "train")]
+    assert plan.job("stop").after == [("afterany", "train")]
+    assert plan.job("eval").after == [("afterok", "train")]
+    root = tmp_path / "tiny"
+    assert plan.root == root and plan.handoff_dir == root / "handoff"
+    assert [(r.label, r.dir, r.config.algorithm.name) for r in plan.runs] == [
+        ("name-grpo", root / "name-grpo", "grpo"), ("name-hargo", root / "name-hargo", "hargo")]
+    # both runs meet the same workers in one directory, their handoff steps 1e6 apart
+    assert {r.config.handoff_dir() for r in plan.runs} == {root / "handoff"}
+    assert [r.config.handoff.step_offset for r in plan.runs] == [0, 1_000_000]
+    assert all(r.config.handoff.local_workers == 0 and not r.config.sweep for r in plan.runs)
+    assert plan.job("train").commands[1] == [PY, "-m", "hargo_hpc", "train",
+                                             str(root / "name-hargo" / "config.toml")]
+    assert plan.job("eval").commands[0][-3:] == ["eval", "run", str(root / "name-grpo")]
+
+
+def test_without_a_sweep_or_a_bench_task_the_run_is_the_submission(tmp_path: Path) -> None:
+    plan = sub.plan_submission(tiny(tmp_path))
+    assert [j.name for j in plan.jobs] == ["train", "eval"]  # no workers, nothing to stop
+    assert [r.dir for r in plan.runs] == [tmp_path / "tiny"]  # where `hargo train` writes
+
+
+@pytest.mark.parametrize(("sweep", "message"), [
+    ('sweep={"algorithm.nme"=["grpo"]}', "unknown key 'nme' in algorithm"),
+    ('sweep={"training.lr"=[]}', "sweep key 'training.lr': no values"),
+    ('sweep={"training.lr"=["fast"]}', "(sweep point lr-fast): training.lr: bad value"),
+    ('sweep={"bench.size"=[64, 128]}', "sweep key 'bench.size': every run of a submission"),
+])
+def test_a_bad_sweep_is_one_line_and_nothing_is_written(tmp_path: Path, sweep: str,
+                                                        message: str) -> None:
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", sweep, "--dry-run")
+    assert done.exit_code == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_prints_every_script_and_the_graph_and_submits_nothing(tmp_path: Path) -> None:
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP, "--dry-run")
+    assert done.exit_code == 0, done.stderr
+    out = done.stdout
+    for name in ("train", "bench", "stop", "eval"):
+        assert f"# ---- {name}.sh\n#!/bin/bash\n" in out
+    graph = out.split("# ---- dependency graph\n")[1].splitlines()
+    assert [line.split()[0] for line in graph] == ["train", "bench", "stop", "eval"]
+    assert "after after:train" in graph[1] and "after afterok:train" in graph[3]
+    assert "#SBATCH --requeue" in out and "#SBATCH --signal=USR1@60" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_writes_standalone_scripts_and_their_configs(tmp_path: Path) -> None:
+    out = tmp_path / "scripts"
+    done = invoke("render", str(TINY), f"run.dir={tmp_path / 'runs'}", *SMALL, *GEMM_SWEEP,
+                  "-o", str(out))
+    assert done.exit_code == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["bench.sh", "configs", "eval.sh",
+                                                    "stop.sh", "train.sh"]
+    configs = sorted((out / "configs").iterdir())
+    assert [p.name for p in configs] == ["name-grpo.toml", "name-hargo.toml"]
+    assert load_config(configs[1]).algorithm.name == "hargo"
+    train = (out / "train.sh").read_text()
+    assert f"1) CMD=({PY} -m hargo_hpc train {configs[1]}) ;;" in train
+    for script in out.glob("*.sh"):
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
+    assert not (tmp_path / "runs").exists()  # rendering submits and trains nothing
+
+
+def test_without_sbatch_the_error_points_to_the_local_executor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    plan = sub.plan_submission(tiny(tmp_path))
+    with pytest.raises(sub.SubmitError, match=r"sbatch not found: .* `--executor local`"):
+        sub.submit(plan, log=lambda _: None)
+
+
+def test_an_existing_submission_is_refused(tmp_path: Path) -> None:
+    plan = sub.plan_submission(tiny(tmp_path))
+    plan.root.mkdir(parents=True)
+    (plan.root / "run.json").write_text("{}")
+    with pytest.raises(sub.SubmitError, match="holds a submission or run already"):
+        sub.submit(plan, run=lambda argv: pytest.fail(f"ran {argv}"), log=lambda _: None)
+    assert (plan.root / "run.json").read_text() == "{}"
+
+
+# ---------------------------------------------------------------- on the local cluster
+
+
+def fits_here(job: Path) -> list[str]:
+    """Overrides that shrink a shipped job's resources to the local cluster's one node."""
+    config = load_config(job)
+    out = []
+    for kind in ("train", "bench", "eval"):
+        out += [f"slurm.{kind}.nodes=1", f"slurm.{kind}.ntasks_per_node=1",
+                f"slurm.{kind}.cpus_per_task=1", f"slurm.{kind}.mem=1G",
+                f"slurm.{kind}.gpus_per_node={min(1, getattr(config.slurm, kind).gpus_per_node)}"]
+    return out
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("job", JOBS, ids=[p.stem for p in JOBS])
+def test_every_shipped_job_renders_to_scripts_sbatch_accepts(
+        slurm_cluster: dict[str, str], tmp_path: Path, job: Path) -> None:
+    for name, overrides in (("as-shipped", []), ("local-size", fits_here(job))):
+        out = tmp_path / name
+        done = invoke("render", str(job), f"run.dir={tmp_path / 'runs'}", *overrides,
+                      "-o", str(out))
+        assert done.exit_code == 0, done.stderr
+        for script in sorted(out.glob("*.sh")):
+            assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
+            test = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
+                                  text=True, timeout=60)
+            said = test.stderr.strip()
+            if name == "as-shipped" and test.returncode != 0:
+                # a production size (8 GPUs, 512G) this one-node cluster cannot hold: Slurm
+                # parsed every option and refused only the size
+                assert "Requested node configuration is not available" in said, (script, said)
+            else:
+                assert test.returncode == 0 and "to start at" in said, (script, said)
+
+
+@pytest.mark.slurm
+def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
+        slurm_cluster: dict[str, str], tmp_path: Path, summary_line: Any) -> None:
+    started = time.monotonic()
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP)
+    assert done.exit_code == 0, done.stderr
+    root = tmp_path / "tiny"
+    manifest = load_manifest(root)
+    assert [j.name for j in manifest.jobs] == ["train", "bench", "stop", "eval"]
+    assert manifest.job("bench").dependency == f"after:{manifest.job('train').job_id}_0"
+    failed = wait_for(manifest, poll_s=1.0, timeout_s=420, write=lambda _: None)
+    assert failed == "", failed + "\n" + "".join(
+        p.read_text()[-2000:] for p in (root / "logs").glob("*.out"))
+    summary_line(f"hargo submit: 2-run sweep + GEMM worker array + stop + eval on the local "
+                 f"cluster: {time.monotonic() - started:.0f} s")
+
+    states = job_states(manifest.job_ids())
+    tasks = {k: v for k, v in states.items() if "_" in k and "[" not in k}
+    assert len(tasks) == 2 + 1 + 1 + 2 and set(tasks.values()) == {"COMPLETED"}, states
+    for run in manifest.runs:
+        run_dir = Path(run.dir)
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
+                   .splitlines()]
+        assert [r["step"] for r in records] == [1, 2]
+        assert (run_dir / "finished.json").is_file() and (run_dir / "export").is_dir()
+        summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+        assert summary["steps"] == 2
+    # the GEMM completions went out through the shared handoff and came back from the bench
+    steps = sorted(p.name for p in (root / "handoff" / "steps").iterdir())
+    assert any(s.startswith("step-0000") for s in steps)
+    assert any(s.startswith("step-0100") for s in steps)  # the second run's offset steps
+    results = [json.loads(p.read_text()) for p in (root / "handoff" / "steps").glob(
+        "*/results/*.json")]
+    assert results and all(r["record"]["status"] for r in results)
+    assert (root / "handoff" / "STOP").is_file()  # the stop job ended the workers
+
+    shown = invoke("status", str(root))
+    assert shown.exit_code == 0, shown.stderr
+    assert "name-grpo" in shown.stdout and "name-hargo" in shown.stdout
+    assert shown.stdout.count("2/2") == 2 and "4 COMPLETED" not in shown.stdout
+    data = json.loads(invoke("status", str(root), "--json").stdout)
+    assert [r["finished"] for r in data["runs"]] == [True, True]
+
+
+@pytest.mark.slurm
+def test_a_refused_submission_leaves_nothing_behind(slurm_cluster: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    # Slurm's own message before anything is submitted: an unknown partition
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL,
+                  "slurm.eval.partition=nowhere")
+    assert done.exit_code == 2
+    assert "sbatch refused eval.sh" in done.stderr and "invalid partition" in done.stderr.lower()
+    assert not (tmp_path / "tiny" / "run.json").exists()
+
+    # accepted by --test-only, then refused half way: what was submitted is cancelled
+    calls: list[list[str]] = []
+
+    def refuse_the_second(argv: list[str]) -> str:
+        calls.append(argv)
+        if "--test-only" not in argv and sum("--test-only" not in a for a in calls) == 2:
+            raise sub.SubmitError("sbatch refused eval.sh: a refusal made by this test")
+        return sub._sbatch(argv)
+
+    plan = sub.plan_submission(tiny(tmp_path / "second"))
+    with pytest.raises(sub.SubmitError, match="cancelled the jobs already submitted"):
+        sub.submit(plan, run=refuse_the_second, log=lambda _: None)
+    train_id = load_manifest(plan.root).job("train").job_id
+    assert train_id
+    wait_until(lambda: set(job_states([train_id]).values()) <= {"CANCELLED"}
+               and job_states([train_id]), 60, f"job {train_id} CANCELLED")
+
+
+@pytest.mark.slurm
+def test_a_requeued_training_task_resumes_and_ends_like_an_uninterrupted_run(
+        slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    steps = ["training.steps=6", "training.save_every=1"]
+    for name in ("requeued", "straight"):
+        done = invoke("submit", str(TINY), f"run.dir={tmp_path / name}", *SMALL, *steps)
+        assert done.exit_code == 0, done.stderr
+    requeued = load_manifest(tmp_path / "requeued" / "tiny")
+    straight = load_manifest(tmp_path / "straight" / "tiny")
+    metrics = tmp_path / "requeued" / "tiny" / "metrics.jsonl"
+    wait_until(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2, 300,
+               "two steps of the run to requeue")
+    task = f"{requeued.job('train').job_id}_0"
+    subprocess.run(["scontrol", "requeue", task], check=True, capture_output=True, timeout=60)
+    for manifest in (requeued, straight):
+        failed = wait_for(manifest, poll_s=1.0, timeout_s=480, write=lambda _: None)
+        assert failed == "", failed
+    (log,) = Path(requeued.root, "logs").glob("tiny-train-*_0.out")
+    text = log.read_text()  # both runs of the task, appended
+    assert "DUE TO JOB REQUEUE" in text
+    # the restart continued from a checkpoint: step 1 ran once, step 6 was reached once
+    assert text.count("step 1/6 ") == 1 and text.count("step 6/6 ") == 1, text[-3000:]
+    got = [json.loads(line) for line in metrics.read_text().splitlines()]
+    want = [json.loads(line) for line in
+            (tmp_path / "straight" / "tiny" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2, 3, 4, 5, 6]
+    for key in ("reward", "loss", "kl", "grad_norm", "learning_rate"):
+        assert got[-1][key] == pytest.approx(want[-1][key], rel=1e-5, abs=1e-7), key
+    assert status(requeued).runs[0].finished
+
+
+def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    done = subprocess.run(
+        [PY, "-m", "hargo_hpc", "submit", str(TINY), f"run.dir={tmp_path}", *SMALL,
+         *GEMM_SWEEP[:1], "handoff.workers=1", "handoff.worker_max_idle_s=120",
+         "--executor", "local"],
+        capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = tmp_path / "tiny"
+    manifest = load_manifest(root)
+    assert manifest.executor == "local"
+    assert [line.split(":")[0] for line in done.stderr.splitlines()
+            if line.startswith(("started", "train", "stop", "bench", "eval"))][:2] == [
+        "started bench", "started train"]
+    assert json.loads((root / "eval" / "summary.json").read_text())["steps"] == 2
+    assert (root / "handoff" / "STOP").is_file()
+    results = list((root / "handoff" / "steps").glob("*/results/*.json"))
+    assert results  # the GEMM completions were benchmarked by the local worker
+
+
+def test_config_validate_counts_the_sweep(tmp_path: Path) -> None:
+    done = invoke("config", "validate", str(REPO / "jobs" / "sweep.toml"))
+    assert done.exit_code == 0 and "20 sweep runs" in done.stdout
+    with pytest.raises(ConfigError, match="no values"):
+        sub.plan_submission(validate_config({"sweep": {"run.seed": []}}))
+
+
+def test_make_dry_run_renders_every_shipped_job() -> None:
+    venv = Path(sys.executable).parent.parent
+    done = subprocess.run(["make", "-s", "-C", str(REPO), "dry-run", f"VENV={venv}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith("ok: ")] \
+        == [f"jobs/{p.name}" for p in JOBS]
