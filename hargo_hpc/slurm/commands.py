@@ -20,13 +20,18 @@ if TYPE_CHECKING:
 
 def _plan(job: str, overrides: tuple[str, ...], python: str | None = None,
           config_dir: Path | None = None) -> Plan:
-    from hargo_hpc.slurm.submission import plan_submission
+    """The plan of JOB, every script rendered once (a template error is one line before
+    anything is written)."""
+    from hargo_hpc.slurm.submission import plan_submission, render_job
 
     try:
-        return plan_submission(load_config(job, list(overrides)), job, python=python,
+        plan = plan_submission(load_config(job, list(overrides)), job, python=python,
                                config_dir=config_dir)
+        for planned in plan.jobs:
+            render_job(plan, planned)
     except (ConfigError, ValueError, FileNotFoundError) as err:
         raise UsageFailure(str(err)) from None
+    return plan
 
 
 @click.command("render", context_settings=CONTEXT)
@@ -57,8 +62,11 @@ def render(job: str, overrides: tuple[str, ...], out_dir: str) -> None:
               show_default=True, help="sbatch on this cluster, or local processes (submitit)")
 @click.option("--wait", is_flag=True,
               help="follow the submission to its end; exit 1 if a job failed")
+@click.option("--resume", is_flag=True,
+              help="submit again into the existing submission directory (same file and "
+              "overrides): each run continues from its latest checkpoint")
 def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
-           wait: bool) -> None:
+           wait: bool, resume: bool) -> None:
     """Submit the experiment JOB (after OVERRIDES): the bench worker array, the training
     array (one task per [sweep] point), the stop and eval jobs chained after it. Writes
     <run.dir>/<run.name>/ (run.json, scripts/, logs/, handoff/, the runs)."""
@@ -80,16 +88,20 @@ def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
         return
     try:
         if executor == "local":
+            if resume:
+                raise UsageFailure("--resume is for --executor slurm; a local run resumes "
+                                   "with `hargo train JOB --resume`")
             manifest = run_local(plan, log=lambda line: click.echo(line, err=True))
         else:
-            manifest = submit_plan(plan, log=lambda line: click.echo(line, err=True))
+            manifest = submit_plan(plan, log=lambda line: click.echo(line, err=True),
+                                   resume=resume)
     except SubmitError as err:
         raise UsageFailure(str(err)) from None
     click.echo(f"submission: {manifest.root}")
     if wait and executor == "slurm":
         from hargo_hpc.slurm.watch import wait_for
 
-        failed = wait_for(manifest)
+        failed = wait_for(manifest, write=lambda line: click.echo(line, err=True))
         if failed:
             click.echo(failed, err=True)
             sys.exit(1)

@@ -85,6 +85,11 @@ def render_script(
             setup=list(setup),
             **variables,
         )
+    except jinja2.UndefinedError as err:  # a site template asking for what nobody sets
+        raise ValueError(f"sbatch template {template!r} from {where}: {err.message}; the "
+                         f"variables it gets: job_name, res, sbatch_lines, command, log_dir, "
+                         f"array, setup, {', '.join(sorted(variables)) or '(no others)'}"
+                         ) from None
     except jinja2.TemplateNotFound as err:  # the template, or one it extends
         have = ", ".join(template_names()) or "none"
         raise FileNotFoundError(

@@ -232,8 +232,8 @@ def check_fresh(plan: Plan) -> None:
     """SubmitError when the submission directory (or a run's) holds a submission already."""
     for path in [plan.root / MANIFEST, *(r.dir / "metrics.jsonl" for r in plan.runs)]:
         if path.exists():
-            raise SubmitError(f"{path.parent} holds a submission or run already; set another "
-                              "run.name / run.dir, or remove it")
+            raise SubmitError(f"{path.parent} holds a submission or run already; continue "
+                              "it with --resume, or set another run.name / run.dir")
 
 
 def manifest_of(plan: Plan, executor: str) -> Manifest:
@@ -283,14 +283,45 @@ def _sbatch(argv: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = print
-           ) -> Manifest:
+def check_resumable(plan: Plan) -> None:
+    """SubmitError unless `plan.root` holds a submission of the same runs (config hashes)
+    none of whose jobs is still queued or running; then the handoff's old stop sentinel is
+    removed (the new workers would exit at once)."""
+    from hargo_hpc.slurm.manifest import ManifestError, load_manifest
+    from hargo_hpc.slurm.watch import FINISHED, submission_states
+    from hargo_hpc.train.checkpoint import config_hash
+
+    try:
+        old = load_manifest(plan.root)
+    except ManifestError as err:
+        raise SubmitError(f"nothing to resume: {err}") from None
+    hashes = [config_hash(r.config.to_toml()) for r in plan.runs]
+    if hashes != [r.config_hash for r in old.runs]:
+        raise SubmitError(f"refusing to resume {plan.root}: its runs were submitted with "
+                          "other configs (config hashes differ); resume with the same file "
+                          "and overrides")
+    alive = sorted({job for job, state in submission_states(old).items()
+                    if state not in FINISHED})
+    if alive:
+        raise SubmitError(f"{plan.root}: jobs {', '.join(alive)} are still queued or running; "
+                          f"`hargo cancel {plan.root}` first")
+    if plan.handoff_dir is not None:
+        (plan.handoff_dir / "STOP").unlink(missing_ok=True)
+
+
+def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = print,
+           resume: bool = False) -> Manifest:
     """Submit every job of `plan` with sbatch (module docstring); return the saved manifest.
 
     Every script first passes `sbatch --test-only` (an unknown partition, account or QoS is
     Slurm's own message before anything runs). A later refusal cancels every job already
-    submitted and raises SubmitError."""
-    check_fresh(plan)
+    submitted and raises SubmitError. `resume`: submit again into an existing submission
+    (`check_resumable`); the training tasks run `hargo train --resume` (HARGO_RESUME=1), so
+    each run continues from its latest checkpoint and a finished one ends at once."""
+    if resume:
+        check_resumable(plan)
+    else:
+        check_fresh(plan)
     write_run_configs(plan)
     scripts = write_scripts(plan)
     plan.log_dir.mkdir(parents=True, exist_ok=True)
@@ -304,6 +335,8 @@ def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = 
         for job, entry in zip(plan.jobs, manifest.jobs, strict=True):
             dependency = ",".join(_dependency(kind, ids[name]) for kind, name in job.after)
             argv = ["sbatch", "--parsable"]
+            if resume and job.name == "train":
+                argv.append("--export=ALL,HARGO_RESUME=1")
             if dependency:  # a dependency that can never be met ends the job (not pending)
                 argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
             out = run([*argv, str(scripts[job.name])])

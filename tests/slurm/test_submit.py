@@ -185,15 +185,16 @@ def test_every_shipped_job_renders_to_scripts_sbatch_accepts(
 def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
         slurm_cluster: dict[str, str], tmp_path: Path, summary_line: Any) -> None:
     started = time.monotonic()
-    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP)
-    assert done.exit_code == 0, done.stderr
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP, "--wait")
     root = tmp_path / "tiny"
+    assert done.exit_code == 0, done.stderr + "\n" + "".join(
+        p.read_text()[-2000:] for p in (root / "logs").glob("*.out"))
     manifest = load_manifest(root)
     assert [j.name for j in manifest.jobs] == ["train", "bench", "stop", "eval"]
     assert manifest.job("bench").dependency == f"after:{manifest.job('train').job_id}_0"
-    failed = wait_for(manifest, poll_s=1.0, timeout_s=420, write=lambda _: None)
-    assert failed == "", failed + "\n" + "".join(
-        p.read_text()[-2000:] for p in (root / "logs").glob("*.out"))
+    progress = done.stderr.splitlines()  # --wait: a line whenever states or steps change
+    assert any("train 2 RUNNING" in line for line in progress), progress
+    assert "train 2 COMPLETED" in progress[-1] and "name-hargo step 2/2" in progress[-1]
     summary_line(f"hargo submit: 2-run sweep + GEMM worker array + stop + eval on the local "
                  f"cluster: {time.monotonic() - started:.0f} s")
 
@@ -318,3 +319,73 @@ def test_make_dry_run_renders_every_shipped_job() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith("ok: ")] \
         == [f"jobs/{p.name}" for p in JOBS]
+
+
+@pytest.mark.slurm
+def test_wait_names_the_failed_task_and_the_chain_ends(slurm_cluster: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL,
+                  f"model.path={tmp_path / 'no-such-model'}", "--wait")
+    assert done.exit_code == 1
+    last = done.stderr.strip().splitlines()[-1]
+    log = tmp_path / "tiny" / "logs"
+    assert last.startswith("job train (") and "task 0: FAILED; log " in last, last
+    assert str(log) in last and "no-such-model" in Path(last.split("; log ")[1]).read_text()
+    # eval waited afterok on a failed training: Slurm ended it instead of leaving it pending
+    manifest = load_manifest(tmp_path / "tiny")
+    states = job_states([manifest.job("eval").job_id])
+    assert states and all(s not in ("PENDING", "RUNNING") for s in states.values()), states
+
+
+@pytest.mark.slurm
+def test_cancel_leaves_nothing_running_and_resume_finishes_the_runs(
+        slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    marker = f"run.dir={tmp_path}"  # in every job's command line: finds their processes
+    args = [str(TINY), marker, *SMALL, *GEMM_SWEEP, "training.steps=4", "training.save_every=1"]
+    assert invoke("submit", *args).exit_code == 0
+    root = tmp_path / "tiny"
+    manifest = load_manifest(root)
+    metrics = root / "name-grpo" / "metrics.jsonl"
+    wait_until(lambda: metrics.is_file() and metrics.read_text().count("\n") >= 1, 300,
+               "a first training step")
+    done = invoke("cancel", str(root))
+    assert done.exit_code == 0, done.stderr
+    assert (root / "handoff" / "STOP").is_file()
+
+    def ended() -> bool:
+        states = job_states(manifest.job_ids())
+        return bool(states) and all(s in ("CANCELLED", "COMPLETED") for s in states.values())
+
+    wait_until(ended, 120, "every job of the submission CANCELLED (or done)")
+    assert "CANCELLED" in job_states([manifest.job("train").job_id]).values()
+    wait_until(lambda: subprocess.run(["pgrep", "-f", str(tmp_path)],
+                                      capture_output=True).returncode == 1,
+               60, "no process of the submission left")
+
+    refused = invoke("submit", *args)  # the directory holds a submission
+    assert refused.exit_code == 2 and "--resume" in refused.stderr
+    other = invoke("submit", *args, "training.lr=1e-3", "--resume")
+    assert other.exit_code == 2 and "config hashes differ" in other.stderr
+    again = invoke("submit", *args, "--resume", "--wait")
+    assert again.exit_code == 0, again.stderr
+    for label in ("name-grpo", "name-hargo"):
+        records = [json.loads(line) for line in
+                   (root / label / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in records] == [1, 2, 3, 4], label
+        assert (root / label / "finished.json").is_file()
+
+
+def test_a_site_template_missing_a_variable_is_one_line(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    templates = REPO / "hargo_hpc" / "slurm" / "templates"
+    for path in templates.glob("*.j2"):
+        (site / path.name).write_text(path.read_text())
+    (site / "train.sh.j2").write_text("#!/bin/bash\n{{ site_partition_account }}\n")
+    monkeypatch.setenv("HARGO_TEMPLATE_DIR", str(site))
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path / 'runs'}", "--dry-run")
+    assert done.exit_code == 2
+    assert "'site_partition_account' is undefined" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
