@@ -49,7 +49,11 @@ class RunEntry:
 class JobEntry:
     """One Slurm job (an array) of the submission. `after` names the jobs it depends on and
     `dependency` is the sbatch form used (e.g. `afterok:123`); `job_id` is "" until
-    submitted. `log` is the output pattern (`%A` job id, `%a` array index)."""
+    submitted. `log` is the output pattern (`%A` job id, `%a` array index).
+
+    An array larger than the cluster's MaxArraySize goes out in parts: `parts` lists
+    `[job id, first task, tasks]` per sbatch submission (the part's own array indices start
+    at 0; `job_id` is the first part's); empty for a job submitted whole."""
 
     name: str
     script: str
@@ -59,6 +63,20 @@ class JobEntry:
     dependency: str = ""
     job_id: str = ""
     log: str = ""
+    parts: list[list[Any]] = field(default_factory=list)
+
+    def ids(self) -> list[str]:
+        """Every Slurm job id of this job (one per part)."""
+        if self.parts:
+            return [str(part[0]) for part in self.parts]
+        return [self.job_id] if self.job_id else []
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """(Slurm job id, its array index) of the job's task `index`."""
+        for job_id, first, count in self.parts:
+            if first <= index < first + count:
+                return str(job_id), index - first
+        return self.job_id, index
 
 
 @dataclass
@@ -83,7 +101,7 @@ class Manifest:
         raise ManifestError(f"{self.root}: no job {name!r} in this submission (jobs: {known})")
 
     def job_ids(self) -> list[str]:
-        return [job.job_id for job in self.jobs if job.job_id]
+        return [job_id for job in self.jobs for job_id in job.ids()]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"

@@ -327,28 +327,43 @@ def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = 
     plan.log_dir.mkdir(parents=True, exist_ok=True)
     if plan.handoff_dir is not None:
         plan.handoff_dir.mkdir(parents=True, exist_ok=True)
-    for job in plan.jobs:
-        run(["sbatch", "--test-only", str(scripts[job.name])])
+    limit = max_array_size()
+    for job in plan.jobs:  # a job in parts: its first part's shape
+        first = [f"--array=0-{min(job.tasks, limit) - 1}"] if job.tasks > limit else []
+        run(["sbatch", "--test-only", *first, str(scripts[job.name])])
     manifest = manifest_of(plan, "slurm")
-    ids: dict[str, str] = {}
+    ids: dict[str, list[str]] = {}
     try:
         for job, entry in zip(plan.jobs, manifest.jobs, strict=True):
             dependency = ",".join(_dependency(kind, ids[name]) for kind, name in job.after)
-            argv = ["sbatch", "--parsable"]
-            if resume and job.name == "train":
-                argv.append("--export=ALL,HARGO_RESUME=1")
-            if dependency:  # a dependency that can never be met ends the job (not pending)
-                argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
-            out = run([*argv, str(scripts[job.name])])
-            ids[job.name] = entry.job_id = out.strip().splitlines()[-1].split(";")[0]
-            entry.dependency = dependency
-            log(f"submitted {job.name}: job {entry.job_id} ({job.tasks} task(s) on "
+            parts = split_array(job.tasks, limit)
+            for first, count in parts:
+                argv, env = ["sbatch", "--parsable"], []
+                if len(parts) > 1:  # indices 0..count-1 of this part, offset in the script
+                    percent = job.resources.array_parallelism
+                    argv.append(f"--array=0-{count - 1}" + (f"%{percent}" if percent else ""))
+                    env.append(f"HARGO_ARRAY_OFFSET={first}")
+                if resume and job.name == "train":
+                    env.append("HARGO_RESUME=1")
+                if env:
+                    argv.append("--export=ALL," + ",".join(env))
+                if dependency:  # a dependency that can never be met ends the job
+                    argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
+                out = run([*argv, str(scripts[job.name])])
+                job_id = out.strip().splitlines()[-1].split(";")[0]
+                ids.setdefault(job.name, []).append(job_id)
+                if len(parts) > 1:
+                    entry.parts.append([job_id, first, count])
+            entry.job_id, entry.dependency = ids[job.name][0], dependency
+            shown = ", ".join(ids[job.name])
+            log(f"submitted {job.name}: job {shown} ({job.tasks} task(s) on "
                 f"{job.resources.partition}{', ' + dependency if dependency else ''})")
     except SubmitError as err:
         if ids:
-            subprocess.run(["scancel", *ids.values()], capture_output=True, timeout=60)
+            every = [job_id for part in ids.values() for job_id in part]
+            subprocess.run(["scancel", *every], capture_output=True, timeout=60)
             raise SubmitError(f"{err}; cancelled the jobs already submitted "
-                              f"({', '.join(ids.values())})") from None
+                              f"({', '.join(every)})") from None
         raise
     finally:
         if ids:
@@ -356,10 +371,34 @@ def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = 
     return manifest
 
 
-def _dependency(kind: str, job_id: str) -> str:
+def _dependency(kind: str, job_ids: list[str]) -> str:
     """sbatch's form: `after` waits for the array's first task to start, the others for the
-    whole array (afterok: every task succeeded; afterany: every task ended)."""
-    return f"after:{job_id}_0" if kind == "after" else f"{kind}:{job_id}"
+    whole array, every part of it (afterok: every task succeeded; afterany: every task
+    ended)."""
+    if kind == "after":
+        return f"after:{job_ids[0]}_0"
+    return f"{kind}:" + ":".join(job_ids)
+
+
+def split_array(tasks: int, limit: int) -> list[tuple[int, int]]:
+    """(first task, tasks) of each part of an array of `tasks` under a cluster whose arrays
+    hold at most `limit` tasks: one part when it fits."""
+    return [(first, min(limit, tasks - first)) for first in range(0, tasks, limit)]
+
+
+def max_array_size() -> int:
+    """Tasks one array may hold on this cluster: its MaxArraySize (indices 0 ..
+    MaxArraySize-1, from `scontrol show config`); Slurm's default 1001 when unreadable."""
+    try:
+        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 1001
+    for line in done.stdout.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "MaxArraySize" and value.strip().isdigit():
+            return max(1, int(value))
+    return 1001
 
 
 # ---------------------------------------------------------------- the local executor

@@ -178,7 +178,8 @@ def task_state(job: JobEntry, index: int, states: dict[str, str]) -> str:
     an array), else UNKNOWN."""
     if not job.job_id:
         return NOT_SUBMITTED
-    return states.get(f"{job.job_id}_{index}") or states.get(job.job_id) or UNKNOWN
+    job_id, own = job.locate(index)  # a job in parts: the part's id and its own index
+    return states.get(f"{job_id}_{own}") or states.get(job_id) or UNKNOWN
 
 
 def submission_states(manifest: Manifest) -> dict[str, str]:
@@ -480,11 +481,13 @@ def log_path(manifest: Manifest, job: JobEntry, index: int) -> Path:
     %x (`<run>-<job>`) and %% filled in.
 
     %j is the task's own job id: the local executor records one id per task, comma-separated
-    in `job_id` (submitit's `%j_0_log.out`); for a single id it is that id."""
+    in `job_id` (submitit's `%j_0_log.out`); for a single id it is that id. A job submitted
+    in parts (MaxArraySize) has its part's id as %A and the index within the part as %a."""
     ids = job.job_id.split(",")
     own = ids[index] if len(ids) > 1 and index < len(ids) else job.job_id
-    values = {"A": job.job_id, "a": str(index), "j": own, "x": f"{manifest.name}-{job.name}",
-              "%": "%"}
+    array_id, array_index = job.locate(index)  # a job in parts: the part's id and index
+    values = {"A": array_id, "a": str(array_index), "j": own,
+              "x": f"{manifest.name}-{job.name}", "%": "%"}
     return Path(re.sub(r"%([Aajx%])", lambda m: values[m.group(1)], job.log))
 
 

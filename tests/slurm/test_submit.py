@@ -21,7 +21,7 @@ from hargo_hpc.cli import main
 from hargo_hpc.config import ConfigError, load_config, validate_config
 from hargo_hpc.slurm import submission as sub
 from hargo_hpc.slurm.manifest import load_manifest
-from hargo_hpc.slurm.watch import job_states, status, wait_for
+from hargo_hpc.slurm.watch import job_states, log_path, status, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "jobs" / "tiny.toml"
@@ -389,3 +389,30 @@ def test_a_site_template_missing_a_variable_is_one_line(tmp_path: Path,
     assert "'site_partition_account' is undefined" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_split_array_covers_every_task_once() -> None:
+    assert sub.split_array(7, 3) == [(0, 3), (3, 3), (6, 1)]
+    assert sub.split_array(3, 3) == [(0, 3)] and sub.split_array(1, 1001) == [(0, 1)]
+
+
+@pytest.mark.slurm
+def test_an_array_larger_than_max_array_size_goes_out_in_parts(
+        slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sub, "max_array_size", lambda: 3)  # as if MaxArraySize were 3
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, "training.steps=1",
+                  'sweep={"run.seed"=[0, 1, 2, 3]}', "--wait")
+    assert done.exit_code == 0, done.stderr
+    manifest = load_manifest(tmp_path / "tiny")
+    train, evaluation = manifest.job("train"), manifest.job("eval")
+    assert [(first, count) for _, first, count in train.parts] == [(0, 3), (3, 1)]
+    assert evaluation.dependency == "afterok:" + ":".join(train.ids())  # every part
+    # task 3 (the second part's index 0, HARGO_ARRAY_OFFSET=3) trained the fourth run
+    for seed in range(4):
+        run_dir = tmp_path / "tiny" / f"seed-{seed}"
+        assert load_config(run_dir / "config.toml").run.seed == seed
+        assert (run_dir / "finished.json").is_file() and (run_dir / "eval").is_dir()
+    shown = status(manifest)
+    assert [run.state for run in shown.runs] == ["COMPLETED"] * 4
+    log = log_path(manifest, train, 3)  # the second part's own id and index
+    assert log.name == f"tiny-train-{train.parts[1][0]}_0.out" and log.is_file()
