@@ -3,7 +3,12 @@
 `plan_submission(config)` turns one experiment (and its `[sweep]`) into the runs and jobs of one
 submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
 
-    train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside
+    sft     `hargo sft` array on [slurm.train], one task per run, when training.sft_steps > 0:
+            the warm start as its own job; each run's training then starts from its export
+            (model.path = <run>/sft/export, sft_steps 0: nothing is trained twice, and a
+            requeued training does not redo the SFT)
+    train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
+            afterok:sft when there is one
     bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
             rewarded by the bench), serving every run: they share one handoff directory, each
             run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); `after` the
@@ -61,6 +66,8 @@ class PlannedRun:
     config: ExperimentConfig
     overrides: dict[str, Any]
     config_file: Path  # where its resolved config is written and read by the jobs
+    sft_config: ExperimentConfig | None = None  # the SFT job's, when training.sft_steps > 0
+    sft_config_file: Path | None = None
 
     @property
     def dir(self) -> Path:
@@ -141,15 +148,30 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
             update["handoff"] = point.handoff.model_copy(update={
                 "dir": str(handoff_dir), "step_offset": index * STEP_SPAN, "local_workers": 0})
         overrides = {key: values for key, values in _point_values(config, label, points)}
-        file = (run_dir / "config.toml" if config_dir is None
-                else config_dir.absolute() / f"{label or config.run.name}.toml")
-        runs.append(PlannedRun(index, label, point.model_copy(update=update), overrides, file))
+        stem = (run_dir / "config" if config_dir is None
+                else config_dir.absolute() / (label or config.run.name))
+        run = PlannedRun(index, label, point.model_copy(update=update), overrides,
+                         Path(f"{stem}.toml"))  # (a label may hold dots: no with_suffix)
+        if point.training.sft_steps:  # its own job first; RL then starts from its export
+            run.sft_config, run.sft_config_file = run.config, Path(f"{stem}.sft.toml")
+            run.config = run.config.model_copy(update={
+                "model": run.config.model.model_copy(update={
+                    "path": str(run_dir / "sft" / "export")}),
+                "training": run.config.training.model_copy(update={"sft_steps": 0})})
+        runs.append(run)
     py = python or config.slurm.python
     hargo = [py, "-m", "hargo_hpc"]
     slurm = config.slurm
-    jobs = [PlannedJob("train", "train.sh.j2", slurm.train,
-                       [[*hargo, "train", str(r.config_file)] for r in runs],
-                       to_steps=True, requeue=True, variables={"max_requeues": MAX_REQUEUES})]
+    jobs = []
+    if config.training.sft_steps:
+        jobs.append(PlannedJob("sft", "sft.sh.j2", slurm.train,
+                               [[*hargo, "sft", str(r.sft_config_file), "--if-needed"]
+                                for r in runs], to_steps=True))
+    jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
+                           [[*hargo, "train", str(r.config_file)] for r in runs],
+                           to_steps=True, requeue=True,
+                           variables={"max_requeues": MAX_REQUEUES},
+                           after=[("afterok", "sft")] if config.training.sft_steps else []))
     if handoff_dir is not None:
         worker = [*hargo, "worker", "--handoff", str(handoff_dir), "--config",
                   str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",
@@ -213,6 +235,8 @@ def write_run_configs(plan: Plan, *, root: bool = True) -> None:
     for run in plan.runs:
         run.config_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(run.config_file, run.config.to_toml())
+        if run.sft_config is not None and run.sft_config_file is not None:
+            write_atomic(run.sft_config_file, run.sft_config.to_toml())
 
 
 def graph(plan: Plan) -> str:
@@ -230,7 +254,8 @@ def graph(plan: Plan) -> str:
 
 def check_fresh(plan: Plan) -> None:
     """SubmitError when the submission directory (or a run's) holds a submission already."""
-    for path in [plan.root / MANIFEST, *(r.dir / "metrics.jsonl" for r in plan.runs)]:
+    metrics = [r.dir / part / "metrics.jsonl" for r in plan.runs for part in (".", "sft")]
+    for path in [plan.root / MANIFEST, *metrics]:
         if path.exists():
             raise SubmitError(f"{path.parent} holds a submission or run already; continue "
                               "it with --resume, or set another run.name / run.dir")

@@ -112,12 +112,20 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
 @click.command("sft", context_settings=CONTEXT)
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-def sft(job: str, overrides: tuple[str, ...]) -> None:
+@click.option("--if-needed", is_flag=True,
+              help="exit 0 at once when <run dir>/sft/ holds a finished SFT run (a resubmitted "
+              "job); without it such a directory is refused")
+def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
     """Supervised fine-tuning of JOB's model on its tasks' reference answers (GEMM: the SFT
     corpus) for training.sft_steps steps, into <run dir>/sft/ (metrics.jsonl, export/).
     Start RL from it with model.path=<run dir>/sft/export."""
     cfg = _config(job, overrides)
     from hargo_hpc.train import loop
+
+    finished = cfg.run_dir() / loop.SFT_DIR / loop.FINISHED
+    if if_needed and finished.is_file():
+        click.echo(f"{finished.parent}: SFT finished already; nothing to do")
+        return
 
     steps = cfg.training.sft_steps
     try:

@@ -415,7 +415,7 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
         sampler.load_state_dict(state.sampler)
     if main:
         m.truncate_after(paths.metrics, state.step)
-        if state.step == 0:
+        if state.step == 0 and t.sft_steps:  # the warm start logs afresh (not `hargo sft`'s)
             m.truncate_after(paths.sft / METRICS, 0)
     backend = HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
                                 synced_gpus=False)

@@ -416,3 +416,29 @@ def test_an_array_larger_than_max_array_size_goes_out_in_parts(
     assert [run.state for run in shown.runs] == ["COMPLETED"] * 4
     log = log_path(manifest, train, 3)  # the second part's own id and index
     assert log.name == f"tiny-train-{train.parts[1][0]}_0.out" and log.is_file()
+
+
+@pytest.mark.slurm
+def test_the_sft_warm_start_is_its_own_job_and_training_starts_from_its_export(
+        slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+    args = [str(TINY), f"run.dir={tmp_path}", *SMALL, "training.steps=1",
+            "training.sft_steps=2"]
+    done = invoke("submit", *args, "--wait")
+    assert done.exit_code == 0, done.stderr
+    root = tmp_path / "tiny"
+    manifest = load_manifest(root)
+    assert [j.name for j in manifest.jobs] == ["sft", "train", "eval"]
+    assert manifest.job("train").dependency == f"afterok:{manifest.job('sft').job_id}"
+    trained = load_config(root / "config.toml")  # what the training task ran
+    assert trained.model.path == str(root / "sft" / "export")
+    assert trained.training.sft_steps == 0  # the warm start is not run twice
+    assert load_config(root / "config.sft.toml").training.sft_steps == 2
+    sft = [json.loads(line) for line in (root / "sft" / "metrics.jsonl").read_text()
+           .splitlines()]
+    assert [r["step"] for r in sft] == [1, 2]
+    assert (root / "finished.json").is_file()
+    # resubmitted: the finished SFT ends at once (--if-needed), the finished run too
+    again = invoke("submit", *args, "--resume", "--wait")
+    assert again.exit_code == 0, again.stderr
+    log = log_path(load_manifest(root), load_manifest(root).job("sft"), 0)
+    assert "SFT finished already; nothing to do" in log.read_text()
