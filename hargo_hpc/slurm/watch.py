@@ -598,7 +598,8 @@ def wait_for(manifest: Manifest, *, poll_s: float = 5.0, timeout_s: float | None
              write: Callable[[str], object] = print, clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep) -> str:
     """Follow a Slurm submission until every task is in a terminal state, writing one
-    progress line whenever it changes (job state counts, each run's step). Returns "" when
+    progress line whenever it changes (job state counts, each run's step, the benchmarks
+    pending in the handoff). Returns "" when
     every task COMPLETED, else one line naming the first job and task that did not, with its
     log. (A dependent job that can never run, its dependency failed, is ended by Slurm:
     `hargo submit` passes --kill-on-invalid-dep=yes.)"""
@@ -610,7 +611,8 @@ def wait_for(manifest: Manifest, *, poll_s: float = 5.0, timeout_s: float | None
             [f"{job.name} " + ", ".join(f"{n} {s}" for s, n in job.counts().items())
              for job in now.jobs]
             + [f"{run.label or 'run'} step {run.step or 0}/{run.steps or '?'}"
-               for run in now.runs])
+               for run in now.runs]
+            + ([f"{now.handoff.pending} pending benchmarks"] if now.handoff else []))
         if line != last:
             write(line)
             last = line

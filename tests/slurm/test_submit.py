@@ -195,6 +195,7 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
     progress = done.stderr.splitlines()  # --wait: a line whenever states or steps change
     assert any("train 2 RUNNING" in line for line in progress), progress
     assert "train 2 COMPLETED" in progress[-1] and "name-hargo step 2/2" in progress[-1]
+    assert progress[-1].endswith("0 pending benchmarks")
     summary_line(f"hargo submit: 2-run sweep + GEMM worker array + stop + eval on the local "
                  f"cluster: {time.monotonic() - started:.0f} s")
 

@@ -5,15 +5,20 @@ for each RUN every rank calls the trainer and saves its whole parameters after t
 `OUT/<RUN>_rank<r>.pt`. RUN `z2` / `z3`: `loop.train` on `config(OUT, "two_ranks_z<stage>",
 stage)` (HARGO, 4 prompts x G 2, two steps); `sft`: `loop.train` of the sft preset after an SFT
 warm start (`sft_config`, ZeRO-2); `sft-cli`: `loop.sft_run` (what `hargo sft` calls) under
-ZeRO-3. Generation goes through `GenerationDouble`, whose completions depend
-only on the prompt and the completion's index in its group, never on the rank or on how the
-prompts were shared out: a one-process run of the same config sees exactly the same batch, so
-the test can compare the updates.
+ZeRO-3; `z2-resume`: the z2 run stopped by SIGUSR1 on rank 0 after step 1 (the ranks agree to
+stop, each writes its part of the checkpoint), then continued with `resume=True`.
+
+Generation goes through `GenerationDouble`, whose completions depend only on the prompt and
+the completion's index in its group, never on the rank or on how the prompts were shared out:
+a one-process run of the same config sees exactly the same batch, so the test can compare the
+updates.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,6 +121,13 @@ def main(out: Path, runs: list[str]) -> None:
             loop.train(sft_config(out, "two_ranks_sft"), log=lambda _: None, progress=False)
         elif run == "sft-cli":
             loop.sft_run(sft_cli_config(out, "two_ranks_sft_cli"), log=lambda _: None)
+        elif run == "z2-resume":  # SIGUSR1 on rank 0 after step 1, then --resume
+            resumed = config(out, "two_ranks_resume", 2)
+            first = loop.train(resumed, log=lambda _: None, progress=False,
+                               on_step=lambda record: record["step"] == 1 and os.kill(
+                                   os.getpid(), signal.SIGUSR1))
+            assert first.interrupted and first.step == 1, first
+            loop.train(resumed, resume=True, log=lambda _: None, progress=False)
         else:
             stage = int(run.removeprefix("z"))
             loop.train(config(out, f"two_ranks_z{stage}", stage), log=lambda _: None,

@@ -1,8 +1,9 @@
 """`hargo train` under two ranks (torchrun, gloo on CPU), ZeRO-2 and ZeRO-3: after two HARGO
 steps the parameters are the same on both ranks and equal to a one-process run of the same
 global batch (the same prompts, the same completions through `GenerationDouble`), and rank 0's
-metrics and rollouts describe the whole batch. The same for the SFT paths: the sft preset after
-an SFT warm start (ZeRO-2) and `hargo sft` (ZeRO-3)."""
+metrics and rollouts describe the whole batch. The same for a run stopped by a signal to rank 0
+and resumed, and for the SFT paths: the sft preset after an SFT warm start (ZeRO-2) and
+`hargo sft` (ZeRO-3)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_confi
 
 torch.set_num_threads(1)
 STAGES = (2, 3)
-RUNS = ("z2", "z3", "sft", "sft-cli")
+RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume")
 SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
@@ -102,8 +103,9 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     )
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr[-3000:]
-    summary_line(f"hargo train under two ranks: 2 HARGO steps under ZeRO-2 and ZeRO-3, the "
-                 f"sft preset after an SFT warm start, hargo sft: {elapsed:.1f} s")
+    summary_line(f"hargo train under two ranks: 2 HARGO steps under ZeRO-2 and ZeRO-3, a "
+                 f"stop and resume, the sft preset after an SFT warm start, hargo sft: "
+                 f"{elapsed:.1f} s")
 
     before = load_file(tiny_dir() / "model.safetensors")
     for stage in STAGES:
@@ -122,6 +124,15 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
                 tmp_path / "one" / "rollouts" / "step_000002.jsonl").read_text().splitlines())]
         assert [r["group"] for r in rollouts] == [0, 0, 1, 1, 2, 2, 3, 3]
         assert (run_dir / "finished.json").is_file()
+
+    # stopped after step 1 on rank 0's signal and resumed: the same as the uninterrupted run
+    run_dir = tmp_path / "two_ranks_resume"
+    got = same_parameters(tmp_path, "z2-resume", run_dir / "export")
+    assert_same_update(got, want, before, 2)
+    assert_records_match(m.read_records(run_dir / "metrics.jsonl"), want_records, SAME, CLOSE,
+                         "z2 resumed")
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()
+                  if p.name.startswith("step_")) == ["step_000001", "step_000002"]
 
     # the sft preset after the warm start: SFT metrics of both phases and the weights match
     run_dir = tmp_path / "two_ranks_sft"
