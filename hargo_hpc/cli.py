@@ -17,6 +17,7 @@ from hargo_hpc.examples.commands import init
 from hargo_hpc.handoff.commands import handoff, worker
 from hargo_hpc.slurm.commands import render, submit
 from hargo_hpc.slurm.watch_commands import cancel, logs, status
+from hargo_hpc.sqd_report import sqd
 from hargo_hpc.tasks.commands import data
 from hargo_hpc.train.commands import sft, train
 
@@ -91,6 +92,7 @@ main.add_command(logs)
 main.add_command(render)
 main.add_command(submit)
 main.add_command(sft)
+main.add_command(sqd)
 main.add_command(status)
 main.add_command(train)
 main.add_command(worker)

@@ -26,9 +26,9 @@ from hargo_hpc.algorithms.hargo_params import HargoParams
 from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
 from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.bench.settings import BenchSettings
-from hargo_hpc.bench.techniques import TECHNIQUES
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.sqd import SqdSettings
 from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
 from hargo_hpc.tasks.settings import RewardSettings
 from hargo_hpc.train.settings import ModelSection, RolloutSection, TrainingSection
@@ -97,14 +97,6 @@ class AlgorithmSection(_Section):
     hargo: HargoParams = Field(default_factory=HargoParams)
 
 
-class SqdSection(_Section):
-    enabled: bool = False
-    techniques: list[Literal[TECHNIQUES]] = Field(  # type: ignore[valid-type]
-        default_factory=lambda: list(TECHNIQUES),
-        description="techniques SQD permits or forbids (names of bench.techniques.TECHNIQUES)",
-    )
-
-
 class JobResources(_Section):
     partition: str = "cpu"
     nodes: int = Field(1, ge=1)
@@ -159,7 +151,7 @@ class ExperimentConfig(_Section):
     rewards: RewardSettings = Field(default_factory=RewardSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     handoff: HandoffSettings = Field(default_factory=HandoffSettings)
-    sqd: SqdSection = Field(default_factory=SqdSection)
+    sqd: SqdSettings = Field(default_factory=SqdSettings)
     slurm: SlurmSection = Field(default_factory=SlurmSection)
     sweep: dict[str, list[Any]] = Field(
         default_factory=dict,

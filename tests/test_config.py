@@ -48,9 +48,9 @@ def test_empty_file_gives_all_defaults(tmp_path: Path) -> None:
     assert cfg.handoff_dir() == Path("runs/experiment/handoff")
     shared = load_config(write(tmp_path, ""), ["handoff.dir=/scratch/x/handoff", "run.name=b"])
     assert shared.handoff_dir() == Path("/scratch/x/handoff")
-    assert cfg.sqd.techniques == ["openmp", "simd", "blocking", "unrolling"]
-    with pytest.raises(ConfigError, match=r"sqd.techniques.1: bad value 'magic'"):
-        load_config(write(tmp_path, ""), ["sqd.techniques=['simd', 'magic']"])
+    assert [s.name for s in cfg.sqd.stages] == ["scalar", "blocking", "simd", "all"]
+    with pytest.raises(ConfigError, match=r"sqd.stages.0: .*unknown technique 'magic'"):
+        load_config(write(tmp_path, ""), ["sqd.stages=[{name='x', forbid=['simd', 'magic']}]"])
 
 
 def test_overrides_are_typed_and_applied(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ import contextlib
 import json
 import random
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from hargo_hpc.algorithms.losses import kl_penalized_rewards
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
 from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
+from hargo_hpc.sqd import Result, Sqd, SqdError, StageSpec
 from hargo_hpc.tasks.base import DataError, Example, Task
 from hargo_hpc.tasks.data import load_tasks
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
@@ -77,7 +79,8 @@ from hargo_hpc.train.updates import UPDATES, UpdateBatch, UpdateContext, trainin
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
 CHECKPOINTS, EXPORT, METRICS, ROLLOUTS = "checkpoints", "export", "metrics.jsonl", "rollouts"
-FINISHED, SFT_DIR, TENSORBOARD = "finished.json", "sft", "tensorboard"
+FINISHED, SFT_DIR, TENSORBOARD, SQD_DIR = "finished.json", "sft", "tensorboard", "sqd"
+SQD_TASKS = ("gemm",)  # the tasks whose prompts SQD stages
 # estimators that compare the completions of a prompt with each other (need G >= 2)
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gpg", "reinforce_pp_baseline")
 
@@ -151,6 +154,8 @@ class Run:
     needs_old: bool
     hargo_contrast: float | None = None
     prompts: dict[str, str] = field(default_factory=dict)
+    sqd: Sqd | None = None  # SQD's stages for the GEMM prompts (sqd.enabled)
+    sqd_dir: Path | None = None
 
     def user_text(self, example: Example) -> str:
         return self.tasks[example.task].user_text(example)
@@ -162,11 +167,21 @@ class Run:
             self.tokenizer, self.prompt_format, self.user_text)
 
     def prompt_of(self, example: Example) -> str:
-        text = self.prompts.get(example.id)
+        """The templated prompt; a GEMM problem's states its SQD stage's techniques."""
+        stage = self.stage_of(example)
+        key = example.id if stage is None else f"{example.id}@{stage.name}"
+        text = self.prompts.get(key)
         if text is None:
-            text = self.prompts[example.id] = build_prompt(self.user_text(example),
-                                                           self.prompt_format, self.tokenizer)
+            user = (self.user_text(example) if stage is None else
+                    self.tasks[example.task].prompt_for(example, stage.permitted, stage.forbid))
+            text = self.prompts[key] = build_prompt(user, self.prompt_format, self.tokenizer)
         return text
+
+    def stage_of(self, example: Example) -> StageSpec | None:
+        """The SQD stage of `example`'s problem now; None without SQD or for a text task."""
+        if self.sqd is None or example.task not in SQD_TASKS:
+            return None
+        return self.sqd.stage_of(example.meta["problem"]["name"])
 
 
 # ---------------------------------------------------------------- checks and set-up
@@ -434,6 +449,7 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
               sampler, prompt_format, sampling, accum, opt_steps,
               r.logprob_micro_batch or t.micro_batch_size, needs_old,
               hargo_contrast=state.hargo.get("running_contrast"))
+    _start_sqd(run, data, paths, state, checkpoint)
     saved: Path | None = checkpoint
     writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
                else contextlib.nullcontext(_Discard()))
@@ -473,6 +489,24 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     return TrainResult(paths.root, paths.metrics, last, saved, export)
 
 
+def _start_sqd(run: Run, data: Data, paths: RunPaths, state: ckpt.TrainerState,
+               checkpoint: Path | None) -> None:
+    """SQD over the GEMM problems of the training split (sqd.enabled), its state restored
+    from the checkpoint on resume; its results log cut back to the checkpoint's step."""
+    names = [name for name in SQD_TASKS if name in data.train]
+    if not run.config.sqd.enabled or not names:
+        return
+    problems = sorted({e.meta["problem"]["name"] for name in names for e in data.train[name]})
+    run.sqd, run.sqd_dir = Sqd(run.config.sqd, problems), paths.root / SQD_DIR
+    if state.sqd:
+        try:
+            run.sqd.load_state_dict(state.sqd, f"the SQD state of checkpoint {checkpoint}")
+        except SqdError as err:
+            raise TrainError(str(err)) from None
+    if distributed.is_main():
+        m.truncate_after(run.sqd_dir / "results.jsonl", state.step)
+
+
 def _tb_dir(paths: RunPaths) -> Path:
     return paths.root / TENSORBOARD
 
@@ -481,6 +515,7 @@ def _state(run: Run, step: int, config_hash: str) -> ckpt.TrainerState:
     hargo = {} if run.hargo_contrast is None else {"running_contrast": run.hargo_contrast}
     return ckpt.TrainerState(step=step, config_hash=config_hash,
                              sampler=run.sampler.state_dict(), hargo=hargo, handoff_step=step,
+                             sqd=None if run.sqd is None else run.sqd.state_dict(),
                              extra={"sft_done": True})
 
 
@@ -631,6 +666,8 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     record.update(_task_stats(tasks, task_list, scored_list, length_list, task_weights))
     record.update(_task_metrics(run, rows, texts, scores.records))
     record.update(m.status_histogram(scores.records))
+    if run.sqd is not None:
+        record.update(run.sqd.metrics())
     num_tokens = distributed.sum_across_ranks(float(gen.attention_mask.sum()))
     timing = timer.record()
     timing["timing_s/reward_wait"] = scores.wait_s
@@ -671,9 +708,40 @@ def _all_rows(rows: Tensor) -> Tensor:
 
 def _score(run: Run, step: int, rows: Sequence[Example], texts: Sequence[str]) -> Any:
     """The RewardBatch of the whole step: rank 0 scores every completion (in process, or GEMM
-    through the handoff: only rank 0 talks to it) and the others receive it."""
-    batch = run.router.score(step, rows, texts) if distributed.is_main() else None
-    return distributed.broadcast_object(batch)
+    through the handoff: only rank 0 talks to it) and the others receive it. Under SQD each
+    GEMM request carries its stage's forbidden techniques, and the results go to SQD
+    (`_sqd_step`) on every rank alike."""
+    stages = [run.stage_of(e) for e in rows]
+    forbidden = [None if s is None else s.forbid for s in stages] if run.sqd else None
+    batch = (run.router.score(step, rows, texts, forbidden=forbidden)
+             if distributed.is_main() else None)
+    batch = distributed.broadcast_object(batch)
+    if run.sqd is not None:
+        _sqd_step(run, step, rows, texts, batch)
+    return batch
+
+
+def _sqd_step(run: Run, step: int, rows: Sequence[Example], texts: Sequence[str],
+              batch: Any) -> None:
+    """A stage's required technique missing from an ok kernel costs the format-violation
+    penalty (the bench judged what is forbidden, SQD what is required); then SQD sees the
+    step's results (archive, advancement) and rank 0 writes its files."""
+    assert run.sqd is not None
+    results = []
+    for i, (example, text) in enumerate(zip(rows, texts, strict=True)):
+        record = batch.records[i]
+        if example.task not in SQD_TASKS or record is None:
+            continue
+        problem = example.meta["problem"]["name"]
+        missing = run.sqd.required_miss(problem, record) if record.get("status") == "ok" else []
+        if missing and batch.scored[i]:
+            batch.rewards[i] = float(run.config.bench.penalties.format_violation)
+        results.append(Result(problem, run.tasks[example.task].extract(text), record))
+    for line in run.sqd.observe(step, results):
+        if distributed.is_main():
+            print(line, file=sys.stderr)
+    if distributed.is_main() and run.sqd_dir is not None:
+        run.sqd.save(run.sqd_dir, step, results)
 
 
 def _task_stats(tasks: list[str], rewards: list[float], scored: list[bool],

@@ -1,0 +1,305 @@
+"""Staged Quality-Diversity (SQD) for GEMM code: per problem, stages that vary which
+optimisation techniques the prompt permits, a rule that moves a problem to its next stage, and
+an archive of the best kernel for each kind of solution. SQD decides; it never runs code (the
+bench judges, and its records come back here). The choices and their reasons: docs/sqd.md.
+
+Stages (`SqdSettings.stages`, `[[sqd.stages]]` in an experiment file): an ordered list of
+`{name, forbid, require}` technique sets (`bench.techniques.TECHNIQUES`). The default adds one
+technique per stage, from the scalar loop nest to everything:
+
+    scalar    forbid openmp, simd, blocking    (loop order, unrolling)
+    blocking  forbid openmp, simd
+    simd      forbid openmp
+    all       nothing forbidden
+
+A forbidden technique in a completion is the bench's `format_violation` (the request's
+`forbidden` field); a required one it lacks is the same penalty, applied here (`required_miss`).
+
+Advancement, per problem, over the steps in which it was prompted (`observe`): with g the best
+GFLOPS of an `ok` result of the step and m the mark (the best GFLOPS at the stage's last
+significant improvement, 0 on entering it),
+
+    improved  <=>  g >= m * (1 + min_improvement)  and  g > 0        (then m := g, stale := 0)
+    else stale += 1
+    advance   <=>  stale >= patience   or   steps seen in the stage >= max_steps
+
+After the last stage `after_last` = "hold" (stay) or "cycle" (back to the first stage).
+
+Archive: key (problem, detected technique set) -> the best `ok` kernel under it (code, GFLOPS,
+its ratio to the in-run reference, step, stage, request id); a suspicious or failed run never
+enters. `Sqd.state_dict` holds everything (stages, counters, history, archive) for the
+trainer's checkpoint; `save` writes it to `<run dir>/sqd/state.json` (atomically, the previous
+version kept as `state.json.bak`) and appends the step's results to `results.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hargo_hpc.bench.techniques import TECHNIQUES, normalise_forbidden
+from hargo_hpc.files import write_atomic
+
+STATE, BACKUP, RESULTS = "state.json", "state.json.bak", "results.jsonl"
+FORMAT = 1
+
+
+class SqdError(ValueError):
+    """A bad schedule or a state file that cannot be read (one line)."""
+
+
+class StageSpec(BaseModel):
+    """One stage: the techniques its prompts forbid and (optionally) require."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    forbid: list[str] = Field(default_factory=list)
+    require: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _known_and_consistent(self) -> StageSpec:
+        try:
+            self.forbid = normalise_forbidden(self.forbid)
+            self.require = normalise_forbidden(self.require)
+        except ValueError as err:
+            raise ValueError(f"stage {self.name!r}: {err}") from None
+        both = sorted(set(self.forbid) & set(self.require))
+        if both:
+            raise ValueError(f"stage {self.name!r}: {', '.join(both)} both required and "
+                             "forbidden")
+        return self
+
+    @property
+    def permitted(self) -> list[str]:
+        return [t for t in TECHNIQUES if t not in self.forbid]
+
+
+def default_stages() -> list[StageSpec]:
+    return [StageSpec(name="scalar", forbid=["openmp", "simd", "blocking"]),
+            StageSpec(name="blocking", forbid=["openmp", "simd"]),
+            StageSpec(name="simd", forbid=["openmp"]),
+            StageSpec(name="all")]
+
+
+class SqdSettings(BaseModel):
+    """The `[sqd]` section (owned here; `hargo_hpc.config` composes it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="off: the plain GFLOPS-reward experiment")
+    stages: list[StageSpec] = Field(default_factory=default_stages, min_length=1)
+    patience: int = Field(3, ge=1, description="steps without improvement before advancing")
+    min_improvement: float = Field(
+        0.05, ge=0, description="relative GFLOPS gain that counts as an improvement")
+    max_steps: int = Field(20, ge=1, description="steps of a problem in one stage at most")
+    after_last: Literal["hold", "cycle"] = "hold"
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> SqdSettings:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names repeat: {', '.join(names)}")
+        return self
+
+
+# ---------------------------------------------------------------- per-problem state
+
+
+@dataclass
+class ProblemState:
+    """Where one problem is: its stage, the advancement counters, the stage history."""
+
+    stage: int = 0
+    seen: int = 0  # steps of this stage in which the problem was prompted
+    mark: float = 0.0  # best GFLOPS at the stage's last significant improvement
+    best: float = 0.0  # best GFLOPS in this stage
+    stale: int = 0  # steps since the last significant improvement
+    cycles: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)  # {step, stage, why}
+
+
+def step_problem(state: ProblemState, gflops: Sequence[float], step: int,
+                 settings: SqdSettings) -> str:
+    """Fold one step's ok GFLOPS of a problem into its state (module docstring's rule);
+    returns why it moved to another stage, or "" when it stayed."""
+    last = len(settings.stages) - 1
+    if state.stage == last and settings.after_last == "hold":
+        state.best = max([state.best, *gflops])
+        return ""
+    state.seen += 1
+    g = max(gflops, default=0.0)
+    state.best = max(state.best, g)
+    if g > 0 and g >= state.mark * (1 + settings.min_improvement):
+        state.mark, state.stale = g, 0
+    else:
+        state.stale += 1
+    if state.stale >= settings.patience:
+        why = f"no {settings.min_improvement:.0%} gain in {settings.patience} steps"
+    elif state.seen >= settings.max_steps:
+        why = f"{settings.max_steps} steps in the stage"
+    else:
+        return ""
+    if state.stage == last:  # cycle
+        state.stage, state.cycles = 0, state.cycles + 1
+    else:
+        state.stage += 1
+    state.seen, state.mark, state.best, state.stale = 0, 0.0, 0.0, 0
+    state.history.append({"step": step, "stage": state.stage, "why": why})
+    return why
+
+
+# ---------------------------------------------------------------- the archive
+
+
+@dataclass
+class ArchiveEntry:
+    problem: str
+    techniques: list[str]
+    gflops: float
+    ratio: float | None
+    code: str
+    step: int
+    stage: str
+    request_id: str
+
+
+def archive_key(problem: str, techniques: Sequence[str]) -> str:
+    """`problem|openmp+simd` (techniques in TECHNIQUES' order; `none` for none)."""
+    ordered = [t for t in TECHNIQUES if t in techniques]
+    return f"{problem}|{'+'.join(ordered) or 'none'}"
+
+
+@dataclass
+class Result:
+    """One bench result of a GEMM completion, as SQD sees it."""
+
+    problem: str
+    code: str
+    record: Mapping[str, Any]
+    stage: str = ""  # the stage its prompt had ("" = the problem's stage when observed)
+
+
+# ---------------------------------------------------------------- SQD
+
+
+class Sqd:
+    """Stages, advancement and the archive for a set of problems (module docstring)."""
+
+    def __init__(self, settings: SqdSettings, problems: Sequence[str]) -> None:
+        self.settings = settings
+        self.problems = {name: ProblemState() for name in problems}
+        self.archive: dict[str, ArchiveEntry] = {}
+
+    def stage_of(self, problem: str) -> StageSpec:
+        return self.settings.stages[self.problems[problem].stage]
+
+    def required_miss(self, problem: str, record: Mapping[str, Any]) -> list[str]:
+        """The techniques the problem's stage requires that an ok record's code lacks."""
+        found = set(record.get("techniques") or ())
+        return [t for t in self.stage_of(problem).require if t not in found]
+
+    def observe(self, step: int, results: Sequence[Result]) -> list[str]:
+        """Fold one step's results in: the archive, then each prompted problem's stage.
+        Returns one line per stage change."""
+        by_problem: dict[str, list[float]] = {}
+        for result in results:
+            result.stage = result.stage or self.stage_of(result.problem).name
+            by_problem.setdefault(result.problem, [])
+            record = result.record
+            if record.get("status") != "ok" or record.get("suspicious"):
+                continue
+            gflops = float((record.get("gflops") or {}).get("median") or 0.0)
+            if self.required_miss(result.problem, record):
+                continue
+            by_problem[result.problem].append(gflops)
+            self._archive(step, result, gflops)
+        changes = []
+        for problem, values in by_problem.items():
+            before = self.stage_of(problem).name
+            why = step_problem(self.problems[problem], values, step, self.settings)
+            if why:
+                changes.append(f"sqd: {problem}: {before} -> {self.stage_of(problem).name} "
+                               f"({why})")
+        return changes
+
+    def _archive(self, step: int, result: Result, gflops: float) -> None:
+        record = result.record
+        techniques = list(record.get("techniques") or ())
+        key = archive_key(result.problem, techniques)
+        old = self.archive.get(key)
+        if old is None or gflops > old.gflops:
+            ratio = record.get("ratio")
+            self.archive[key] = ArchiveEntry(
+                result.problem, [t for t in TECHNIQUES if t in techniques], gflops,
+                None if ratio is None else float(ratio), result.code, step,
+                result.stage or self.stage_of(result.problem).name,
+                str(record.get("request_id", "")))
+
+    def metrics(self) -> dict[str, float]:
+        """For the step's metrics line: the mean stage index, the archive's size."""
+        stages = [p.stage for p in self.problems.values()]
+        return {"sqd/stage_mean": sum(stages) / len(stages) if stages else 0.0,
+                "sqd/archive_size": float(len(self.archive))}
+
+    # ------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "stages": [s.name for s in self.settings.stages],
+                "problems": {name: asdict(p) for name, p in self.problems.items()},
+                "archive": {key: asdict(e) for key, e in self.archive.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any], where: str = "SQD state") -> None:
+        """Restore `state_dict`'s output; SqdError (one line) for another schedule or a state
+        that does not parse."""
+        names = [s.name for s in self.settings.stages]
+        if state.get("format") != FORMAT or state.get("stages") != names:
+            raise SqdError(f"{where}: written for stages {state.get('stages')}, this run has "
+                           f"{names}")
+        try:
+            problems = {n: ProblemState(**p) for n, p in state["problems"].items()}
+            archive = {k: ArchiveEntry(**e) for k, e in state["archive"].items()}
+        except (KeyError, TypeError, AttributeError) as err:
+            raise SqdError(f"{where}: not an SQD state ({err})") from None
+        for name in self.problems:
+            if name in problems:
+                self.problems[name] = problems[name]
+        self.archive = archive
+
+    def save(self, directory: Path, step: int, results: Sequence[Result]) -> Path:
+        """`state.json` (the previous one kept as `state.json.bak`) and the step's results
+        appended to `results.jsonl` (one line each: step, problem, stage, status, GFLOPS,
+        ratio, reward, techniques)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / STATE
+        if path.exists():
+            os.replace(path, directory / BACKUP)
+        write_atomic(path, json.dumps(self.state_dict(), indent=1) + "\n")
+        lines = []
+        for result in results:
+            r = result.record
+            lines.append(json.dumps({
+                "step": step, "problem": result.problem,
+                "stage": result.stage or self.stage_of(result.problem).name,
+                "status": r.get("status"),
+                "gflops": (r.get("gflops") or {}).get("median"), "ratio": r.get("ratio"),
+                "reward": r.get("reward"), "techniques": r.get("techniques") or []}))
+        with open(directory / RESULTS, "a", encoding="utf-8") as out:
+            out.write("".join(line + "\n" for line in lines))
+        return path
+
+
+def load_state_file(path: Path) -> dict[str, Any]:
+    """A saved state; SqdError naming the file and offering the backup when it is corrupt."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        backup = path.with_name(BACKUP)
+        offer = f"; the previous version is {backup}" if backup.exists() else ""
+        raise SqdError(f"{path}: cannot read the SQD state ({err}){offer}") from None

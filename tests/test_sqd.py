@@ -1,0 +1,173 @@
+"""SQD on its own: stage advancement over result sequences worked out by hand, the archive,
+the state's round trip and its file with a backup, and the schedule's checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from hargo_hpc.sqd import (
+    ProblemState,
+    Result,
+    Sqd,
+    SqdError,
+    SqdSettings,
+    StageSpec,
+    archive_key,
+    load_state_file,
+    step_problem,
+)
+
+
+def ok(gflops: float, techniques: tuple[str, ...] = (), rid: str = "r0") -> dict[str, Any]:
+    return {"status": "ok", "gflops": {"median": gflops}, "ratio": gflops / 100,
+            "techniques": list(techniques), "request_id": rid, "reward": gflops}
+
+
+def test_a_problem_advances_after_patience_steps_without_a_five_percent_gain() -> None:
+    settings = SqdSettings(patience=2, min_improvement=0.05, max_steps=50)
+    state = ProblemState()
+    # step:       1     2      3      4     5      6
+    # best g:     10    10.4   10.6   11    0      11.4
+    # vs mark:    new   <10.5  >=10.5 <11.13 fail  >=11.13?  (mark after 3 is 10.6: 11 >= 11.13
+    #             is false -> stale 1; step 5 fails -> stale 2 -> advance)
+    seen = []
+    for step, values in enumerate([[10.0], [10.4], [10.6, 3.0], [11.0], []], start=1):
+        seen.append((step_problem(state, values, step, settings) != "", state.stage))
+    assert seen == [(False, 0), (False, 0), (False, 0), (False, 0), (True, 1)]
+    # step 2: 10.4 < 10.5 -> stale 1; step 3: 10.6 >= 10.5 -> mark 10.6, stale 0;
+    # step 4: 11.0 < 11.13 -> stale 1; step 5: nothing ok -> stale 2 -> stage 1, counters reset
+    assert (state.seen, state.mark, state.best, state.stale) == (0, 0.0, 0.0, 0)
+    assert state.history == [{"step": 5, "stage": 1,
+                              "why": "no 5% gain in 2 steps"}]
+
+
+def test_max_steps_moves_a_problem_that_keeps_improving() -> None:
+    settings = SqdSettings(patience=5, max_steps=3)
+    state = ProblemState()
+    stages = []
+    for step in range(1, 8):
+        step_problem(state, [10.0 * 1.1 ** step], step, settings)
+        stages.append(state.stage)
+    assert stages == [0, 0, 1, 1, 1, 2, 2]  # 3 steps a stage, then the next
+
+
+@pytest.mark.parametrize(("after_last", "want"), [("hold", [3, 3, 3]), ("cycle", [0, 1, 2])])
+def test_after_the_last_stage(after_last: str, want: list[int]) -> None:
+    settings = SqdSettings(patience=1, after_last=after_last)
+    state = ProblemState(stage=3)
+    got = []
+    for step in range(3):
+        step_problem(state, [], step, settings)  # never improves: patience 1 moves at once
+        got.append(state.stage)
+    assert got == want
+    assert state.cycles == (1 if after_last == "cycle" else 0)
+
+
+def test_observe_archives_the_best_per_technique_set_and_skips_failures() -> None:
+    sqd = Sqd(SqdSettings(patience=10), ["p256", "p512"])
+    sqd.observe(1, [Result("p256", "code a", ok(5.0, ("blocking",), "a")),
+                    Result("p256", "code b", ok(7.0, ("blocking",), "b")),
+                    Result("p256", "code c", ok(3.0, (), "c")),
+                    Result("p256", "bad", {"status": "compile_error"}),
+                    Result("p512", "sus", {**ok(90.0, (), "s"), "suspicious": True})])
+    sqd.observe(2, [Result("p256", "code d", ok(6.0, ("blocking",), "d"))])  # not better
+    assert sorted(sqd.archive) == ["p256|blocking", "p256|none"]
+    best = sqd.archive[archive_key("p256", ["blocking"])]
+    assert (best.code, best.gflops, best.step, best.stage, best.request_id) == (
+        "code b", 7.0, 1, "scalar", "b")
+    assert best.ratio == pytest.approx(0.07)
+    assert archive_key("p", ["simd", "openmp"]) == "p|openmp+simd"  # the vocabulary's order
+    assert sqd.metrics() == {"sqd/stage_mean": 0.0, "sqd/archive_size": 2.0}
+
+
+def test_a_required_technique_missing_keeps_the_result_out() -> None:
+    stages = [StageSpec(name="threads", require=["openmp"])]
+    sqd = Sqd(SqdSettings(stages=stages, patience=1), ["p"])
+    assert sqd.required_miss("p", ok(5.0, ("simd",))) == ["openmp"]
+    assert sqd.required_miss("p", ok(5.0, ("openmp", "simd"))) == []
+    sqd.observe(1, [Result("p", "x", ok(5.0, ("simd",)))])
+    assert sqd.archive == {}
+
+
+def test_the_state_round_trips_and_its_file_keeps_a_backup(tmp_path: Path) -> None:
+    settings = SqdSettings(patience=1)
+    sqd = Sqd(settings, ["p"])
+    sqd.observe(1, [Result("p", "k1", ok(4.0))])
+    sqd.save(tmp_path, 1, [Result("p", "k1", ok(4.0))])
+    failed = [Result("p", "k2", {"status": "compile_error"})]
+    sqd.observe(2, failed)  # prompted, no ok result: no gain, patience 1 -> stage 1
+    sqd.observe(3, [])  # not prompted this step: nothing changes
+    sqd.save(tmp_path, 2, failed)
+    again = Sqd(settings, ["p"])
+    again.load_state_dict(load_state_file(tmp_path / "state.json"))
+    assert again.state_dict() == sqd.state_dict() and again.stage_of("p").name == "blocking"
+    backup = json.loads((tmp_path / "state.json.bak").read_text())
+    assert backup["problems"]["p"]["stage"] == 0  # the version before
+    lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert lines == [{"step": 1, "problem": "p", "stage": "scalar", "status": "ok",
+                      "gflops": 4.0, "ratio": 0.04, "reward": 4.0, "techniques": []},
+                     {"step": 2, "problem": "p", "stage": "scalar", "status": "compile_error",
+                      "gflops": None, "ratio": None, "reward": None, "techniques": []}]
+
+    (tmp_path / "state.json").write_text("{not json")
+    with pytest.raises(SqdError, match=r"cannot read the SQD state .* previous version is "):
+        load_state_file(tmp_path / "state.json")
+    other = Sqd(SqdSettings(stages=[StageSpec(name="only")]), ["p"])
+    with pytest.raises(SqdError, match=r"written for stages \['scalar', 'blocking'"):
+        other.load_state_dict(sqd.state_dict())
+
+
+@pytest.mark.parametrize(("stages", "message"), [
+    ([], "at least 1 item"),
+    ([{"name": "a", "forbid": ["gpu"]}], "unknown technique 'gpu'"),
+    ([{"name": "a", "forbid": ["omp"], "require": ["openmp"]}], "openmp both required and "),
+    ([{"name": "a"}, {"name": "a"}], "stage names repeat"),
+])
+def test_a_bad_schedule_is_refused(stages: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        SqdSettings.model_validate({"stages": stages})
+
+
+def test_the_default_schedule_adds_one_technique_a_stage() -> None:
+    stages = SqdSettings().stages
+    assert [(s.name, s.permitted) for s in stages] == [
+        ("scalar", ["unrolling"]), ("blocking", ["blocking", "unrolling"]),
+        ("simd", ["simd", "blocking", "unrolling"]),
+        ("all", ["openmp", "simd", "blocking", "unrolling"])]
+
+
+def test_hargo_sqd_stages_prints_the_schedule_of_a_job() -> None:
+    from click.testing import CliRunner
+
+    from hargo_hpc.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    done = CliRunner().invoke(main, ["sqd", "stages", str(repo / "jobs" / "gemm_sqd.toml")])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert [line.split()[0] for line in lines[1:5]] == ["scalar", "blocking", "simd", "all"]
+    assert lines[1].split()[1:] == ["unrolling", "openmp,", "simd,", "blocking", "-"]
+    assert "gains less than 5% for 3 steps, or after 20 steps" in lines[5]
+
+
+def test_hargo_sqd_report_on_a_corrupt_state_names_the_backup(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from hargo_hpc.cli import main
+
+    sqd = Sqd(SqdSettings(), ["p"])
+    sqd.save(tmp_path / "sqd", 1, [Result("p", "k", ok(3.0, ("blocking",)))])
+    sqd.save(tmp_path / "sqd", 2, [])
+    good = CliRunner().invoke(main, ["sqd", "report", str(tmp_path)])
+    assert good.exit_code == 0 and "p: stage scalar (1 results, 0 cycles)" in good.output
+    (tmp_path / "sqd" / "state.json").write_text("{torn")
+    bad = CliRunner().invoke(main, ["sqd", "report", str(tmp_path)])
+    assert bad.exit_code == 2
+    assert "cannot read the SQD state" in bad.output and "state.json.bak" in bad.output
+    missing = CliRunner().invoke(main, ["sqd", "report", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "sqd.enabled" in missing.output

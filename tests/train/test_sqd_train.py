@@ -1,0 +1,79 @@
+"""SQD in a real `hargo train` of jobs/gemm_sqd.toml (the tiny model, a few steps, a real local
+bench worker): each request carries its stage's forbidden techniques, the prompts state them,
+problems advance, the state is in the run directory and the checkpoint, `hargo sqd report`
+prints its table and writes a PNG; an OpenMP kernel under a stage forbidding OpenMP gets -100
+from the real bench."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from hargo_hpc.bench import BenchRequest, BenchSettings, run_bench
+from hargo_hpc.bench.reference import kernel_source
+from hargo_hpc.cli import main
+from hargo_hpc.config import load_config
+from hargo_hpc.sqd import SqdSettings
+from hargo_hpc.train import checkpoint as ckpt
+from hargo_hpc.train import loop
+from hargo_hpc.train import metrics as m
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = REPO / "jobs" / "gemm_sqd.toml"
+FIRST = SqdSettings().stages[0]  # scalar: openmp, simd, blocking forbidden
+
+
+def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
+    config = load_config(JOB, [
+        f"run.dir={tmp_path}", "model.path=tiny", "model.dtype=float32",
+        "rollout.num_generations=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=16",
+        "training.steps=3", "training.zero_stage=2", "training.precision=fp32",
+        "training.micro_batch_size=4", "training.save_every=0", "bench.size=64",
+        "handoff.local_workers=1", "handoff.workers=1", "sqd.patience=1"])
+    result = loop.train(config, log=lambda _: None, progress=False)
+    run_dir = result.run_dir
+    records = m.read_records(result.metrics)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all("sqd/stage_mean" in r and "sqd/archive_size" in r for r in records)
+
+    # step 1: every problem is at the first stage; its requests forbid what it forbids
+    requests = json.loads(next((run_dir / "handoff" / "steps").glob("step-00000001"))
+                          .joinpath("requests.json").read_text())["requests"]
+    assert requests and all(r["forbidden"] == FIRST.forbid for r in requests)
+    rollouts = m.read_records(run_dir / "rollouts" / "step_000001.jsonl")
+    assert all("Forbidden techniques: openmp" in r["prompt"] for r in rollouts)
+
+    # the untrained model writes no kernel that runs: with patience 1 every prompted problem
+    # moves on after each step it was prompted in
+    state = json.loads((run_dir / "sqd" / "state.json").read_text())
+    prompted: dict[str, set[int]] = {}
+    for step in (1, 2, 3):
+        for row in m.read_records(run_dir / "rollouts" / f"step_{step:06d}.jsonl"):
+            prompted.setdefault(row["id"].removeprefix("gemm:"), set()).add(step)
+    assert prompted
+    for problem, steps in prompted.items():
+        assert state["problems"][problem]["stage"] == min(len(steps), 3), (problem, steps)
+    results = [json.loads(x) for x in (run_dir / "sqd" / "results.jsonl").read_text()
+               .splitlines()]
+    assert [r["step"] for r in results] == sorted(r["step"] for r in results)
+    assert {r["stage"] for r in results if r["step"] == 1} == {"scalar"}
+    assert (run_dir / "sqd" / "state.json.bak").is_file()
+    saved = ckpt.read_state(result.checkpoint)
+    assert saved["client_state"]["sqd"]["problems"] == state["problems"]  # what resume restores
+
+    done = CliRunner().invoke(main, ["sqd", "report", str(run_dir)])
+    assert done.exit_code == 0, done.output
+    for problem in prompted:
+        assert f"{problem}: stage " in done.output
+    png = run_dir / "sqd" / "gflops.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_openmp_kernel_under_a_stage_forbidding_openmp_gets_minus_100() -> None:
+    settings = BenchSettings(size=64, check_size=37, repetitions=2, timed_budget_ms=0, warmup=0)
+    request = BenchRequest(id="omp", completion=kernel_source("openmp"), forbidden=FIRST.forbid)
+    record = run_bench(request, settings).to_dict()
+    assert (record["status"], record["reward"]) == ("format_violation", -100.0)
+    assert "openmp" in record["reason"]
