@@ -7,7 +7,10 @@ from the real bench."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -69,6 +72,36 @@ def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
         assert f"{problem}: stage " in done.output
     png = run_dir / "sqd" / "gflops.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sqd_survives_a_stop_and_resume(tmp_path: Path) -> None:
+    """Stopped by SIGUSR1 after step 1 and resumed, SQD ends where an uninterrupted run ends:
+    stages, history and the results log (the untrained model's kernels fail the same way in
+    both, so the bench's verdicts, and with them SQD's moves, repeat)."""
+    def config(name: str) -> Any:
+        return load_config(JOB, [
+            f"run.dir={tmp_path}", f"run.name={name}", "model.path=tiny",
+            "model.dtype=float32", "rollout.num_generations=2", "rollout.prompts_per_step=2",
+            "rollout.max_new_tokens=16", "training.steps=3", "training.zero_stage=2",
+            "training.precision=fp32", "training.micro_batch_size=4", "training.save_every=0",
+            "bench.size=64", "handoff.local_workers=1", "handoff.workers=1", "sqd.patience=1"])
+
+    straight = loop.train(config("straight"), log=lambda _: None, progress=False)
+    stopped = loop.train(config("stopped"), log=lambda _: None, progress=False,
+                         on_step=lambda r: r["step"] == 1 and os.kill(os.getpid(),
+                                                                      signal.SIGUSR1))
+    assert stopped.interrupted and stopped.step == 1
+    resumed = loop.train(config("stopped"), resume=True, log=lambda _: None, progress=False)
+    assert resumed.step == 3
+
+    def sqd_of(run_dir: Path) -> tuple[Any, list[tuple[Any, ...]]]:
+        state = json.loads((run_dir / "sqd" / "state.json").read_text())
+        log = [json.loads(x) for x in (run_dir / "sqd" / "results.jsonl").read_text()
+               .splitlines()]
+        return state["problems"], [(r["step"], r["problem"], r["stage"], r["status"])
+                                   for r in log]
+
+    assert sqd_of(resumed.run_dir) == sqd_of(straight.run_dir)
 
 
 def test_an_openmp_kernel_under_a_stage_forbidding_openmp_gets_minus_100() -> None:
