@@ -2,11 +2,13 @@
 
 One step, in verl's phase names (each timed as `timing_s/<phase>`):
 
-    gen           draw prompts_per_step prompts (the task mixture), template them, sample G
-                  completions of each (the generation backend; ZeRO-3 weights gathered once)
-    reward        the tasks' rewards (in process; GEMM through the handoff); unscored ones are
-                  dropped from the loss and counted; DAPO's overlong shaping when the preset has
-                  a buffer
+    gen           draw prompts_per_step prompts (the task mixture), template them (a GEMM
+                  problem's at its SQD stage, with sqd.enabled), sample G completions of each
+                  (the generation backend; ZeRO-3 weights gathered once)
+    reward        the tasks' rewards (in process; GEMM through the handoff, each request with
+                  its stage's forbidden techniques); unscored ones are dropped from the loss and
+                  counted; SQD sees the results (`_sqd_step`: archive, advancement); DAPO's
+                  overlong shaping when the preset has a buffer
     old_log_prob  the sampling policy's token log-probs, when the update is off-policy at all
                   (num_iterations > 1, several optimizer steps per batch, or KL in the reward);
                   else the update is exactly on-policy (ratio 1 on its first pass)

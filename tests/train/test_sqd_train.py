@@ -28,14 +28,19 @@ JOB = REPO / "jobs" / "gemm_sqd.toml"
 FIRST = SqdSettings().stages[0]  # scalar: openmp, simd, blocking forbidden
 
 
-def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
-    config = load_config(JOB, [
-        f"run.dir={tmp_path}", "model.path=tiny", "model.dtype=float32",
+def small(tmp_path: Path, name: str = "gemm-sqd") -> Any:
+    """jobs/gemm_sqd.toml with the tiny model, 2 prompts x G 2, 3 steps, a 64^3 bench on one
+    local worker, patience 1 (the untrained model never improves: a move every step)."""
+    return load_config(JOB, [
+        f"run.dir={tmp_path}", f"run.name={name}", "model.path=tiny", "model.dtype=float32",
         "rollout.num_generations=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=16",
         "training.steps=3", "training.zero_stage=2", "training.precision=fp32",
         "training.micro_batch_size=4", "training.save_every=0", "bench.size=64",
         "handoff.local_workers=1", "handoff.workers=1", "sqd.patience=1"])
-    result = loop.train(config, log=lambda _: None, progress=False)
+
+
+def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
+    result = loop.train(small(tmp_path), log=lambda _: None, progress=False)
     run_dir = result.run_dir
     records = m.read_records(result.metrics)
     assert [r["step"] for r in records] == [1, 2, 3]
@@ -78,20 +83,13 @@ def test_sqd_survives_a_stop_and_resume(tmp_path: Path) -> None:
     """Stopped by SIGUSR1 after step 1 and resumed, SQD ends where an uninterrupted run ends:
     stages, history and the results log (the untrained model's kernels fail the same way in
     both, so the bench's verdicts, and with them SQD's moves, repeat)."""
-    def config(name: str) -> Any:
-        return load_config(JOB, [
-            f"run.dir={tmp_path}", f"run.name={name}", "model.path=tiny",
-            "model.dtype=float32", "rollout.num_generations=2", "rollout.prompts_per_step=2",
-            "rollout.max_new_tokens=16", "training.steps=3", "training.zero_stage=2",
-            "training.precision=fp32", "training.micro_batch_size=4", "training.save_every=0",
-            "bench.size=64", "handoff.local_workers=1", "handoff.workers=1", "sqd.patience=1"])
-
-    straight = loop.train(config("straight"), log=lambda _: None, progress=False)
-    stopped = loop.train(config("stopped"), log=lambda _: None, progress=False,
+    straight = loop.train(small(tmp_path, "straight"), log=lambda _: None, progress=False)
+    stopped = loop.train(small(tmp_path, "stopped"), log=lambda _: None, progress=False,
                          on_step=lambda r: r["step"] == 1 and os.kill(os.getpid(),
                                                                       signal.SIGUSR1))
     assert stopped.interrupted and stopped.step == 1
-    resumed = loop.train(config("stopped"), resume=True, log=lambda _: None, progress=False)
+    resumed = loop.train(small(tmp_path, "stopped"), resume=True, log=lambda _: None,
+                         progress=False)
     assert resumed.step == 3
 
     def sqd_of(run_dir: Path) -> tuple[Any, list[tuple[Any, ...]]]:
