@@ -61,7 +61,7 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
 
     try:
         points = expand_sweep(cfg, job)
-        for label, point in points:
+        for label, point, _ in points:
             where = f"{job}" + (f" (sweep point {label})" if label else "")
             try:
                 resolve_algorithm(point.algorithm)

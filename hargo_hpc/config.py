@@ -17,7 +17,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -317,18 +317,25 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
 # ---------------------------------------------------------------- sweeps
 
 
-def expand_sweep(config: ExperimentConfig, source: str = "<config>"
-                 ) -> list[tuple[str, ExperimentConfig]]:
-    """The runs of a `[sweep]`: (label, config) per point of the cartesian product of its
+class SweepPoint(NamedTuple):
+    """One run of a sweep: its label, its config, and the swept keys' values as written."""
+
+    label: str
+    config: ExperimentConfig
+    values: dict[str, Any]
+
+
+def expand_sweep(config: ExperimentConfig, source: str = "<config>") -> list[SweepPoint]:
+    """The runs of a `[sweep]`: one SweepPoint per point of the cartesian product of its
     value lists, in the order the keys and values are written (the last key varies fastest).
 
     Each point's config is `config` with the point's values set and no sweep; its label (e.g.
     `name-grpo_seed-1`: the last part of each key and its value) names its run directory
-    inside the experiment's. No sweep: one point, label "". ConfigError (one line) for a key
-    that is not a config key, an empty list, or a value the field refuses.
+    inside the experiment's. No sweep: one point, label "", no values. ConfigError (one line)
+    for a key that is not a config key, an empty list, or a value the field refuses.
     """
     if not config.sweep:
-        return [("", config)]
+        return [SweepPoint("", config, {})]
     keys = list(config.sweep)
     for key in keys:
         if key == "sweep" or key.startswith("sweep."):
@@ -337,15 +344,16 @@ def expand_sweep(config: ExperimentConfig, source: str = "<config>"
             raise ConfigError(f"{source}: sweep key {key!r}: no values")
     base = config.to_dict()
     base.pop("sweep", None)
-    points: list[tuple[str, ExperimentConfig]] = []
+    points: list[SweepPoint] = []
     for values in itertools.product(*(config.sweep[key] for key in keys)):
         raw = copy.deepcopy(base)
         for key, value in zip(keys, values, strict=True):
             _set_key(raw, key, value, f"{source}: sweep")
         label = "_".join(f"{key.rsplit('.', 1)[-1]}-{_slug(value)}"
                          for key, value in zip(keys, values, strict=True))
-        points.append((label, validate_config(raw, f"{source} (sweep point {label})")))
-    labels = [label for label, _ in points]
+        points.append(SweepPoint(label, validate_config(raw, f"{source} (sweep point {label})"),
+                                 dict(zip(keys, values, strict=True))))
+    labels = [point.label for point in points]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{source}: sweep: two points have the same label; give the values "
                           "distinct names")

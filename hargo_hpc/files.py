@@ -1,6 +1,7 @@
 """Atomic file writes: the one write-temp-then-rename of the project.
 
-Used by the resolved config, the roof store, the compile cache and the handoff. A file (or a
+Used by the resolved config, the roof store, the compile cache and the handoff; `read_jsonl`
+reads back the append-only JSONL logs. A file (or a
 directory) is written under a private temporary name in the target's directory and put in place
 with one `rename`, so a reader sees the old content or the new one, never a part, and a crash
 leaves at most a temporary name that readers skip.
@@ -12,12 +13,14 @@ their users a one-line message (the handoff's `describe`) translate them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 TEMP_PREFIX = ".tmp-"
 
@@ -91,3 +94,18 @@ def publish_directory(final: Path, mode: int = 0o755) -> Iterator[Path]:
 def unlink_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """The records of a JSONL file that others append to (metrics, SQD results): [] when it
+    does not exist; a line that does not parse (half written when its writer was killed) is
+    skipped."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records

@@ -14,6 +14,7 @@ import click
 
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.config import ConfigError, load_config
+from hargo_hpc.files import read_jsonl
 from hargo_hpc.sqd import RESULTS, STATE, SqdError, SqdSettings, load_state_file
 
 PLOT = "gflops.png"
@@ -30,13 +31,6 @@ def schedule_text(settings: SqdSettings) -> str:
                  f"stage; after the last: {settings.after_last}"
                  + ("" if settings.enabled else "  (sqd.enabled is false: plain GFLOPS reward)"))
     return "\n".join(lines)
-
-
-def read_results(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def report_text(state: dict[str, Any], results: list[dict[str, Any]]) -> str:
@@ -116,7 +110,7 @@ def report(run_dir: str) -> None:
                            "sqd.enabled?")
     try:
         state = load_state_file(directory / STATE)
-        results = read_results(directory / RESULTS)
+        results = read_jsonl(directory / RESULTS)
         click.echo(report_text(state, results))
     except (SqdError, KeyError, TypeError, IndexError, json.JSONDecodeError) as err:
         raise UsageFailure(f"{directory}: {err}") from None

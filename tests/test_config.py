@@ -181,12 +181,13 @@ def test_a_sweep_expands_to_every_combination_in_the_written_order() -> None:
     config = validate_config({"run": {"name": "m"}, "sweep": {
         "algorithm.name": ["grpo", "dapo"], "run.seed": [0, 1], "training.lr": [1e-5]}})
     points = expand_sweep(config)
-    assert [label for label, _ in points] == [
+    assert [point.label for point in points] == [
         "name-grpo_seed-0_lr-1e.05", "name-grpo_seed-1_lr-1e.05",
         "name-dapo_seed-0_lr-1e.05", "name-dapo_seed-1_lr-1e.05"]
-    assert [(p.algorithm.name, p.run.seed, p.training.lr) for _, p in points] == [
+    assert [(p.algorithm.name, p.run.seed, p.training.lr) for _, p, _ in points] == [
         ("grpo", 0, 1e-5), ("grpo", 1, 1e-5), ("dapo", 0, 1e-5), ("dapo", 1, 1e-5)]
-    assert all(p.sweep == {} and p.run.name == "m" for _, p in points)
-    assert expand_sweep(validate_config({})) == [("", validate_config({}))]
+    assert all(p.sweep == {} and p.run.name == "m" for _, p, _ in points)
+    assert points[1].values == {"algorithm.name": "grpo", "run.seed": 1, "training.lr": 1e-5}
+    assert expand_sweep(validate_config({})) == [("", validate_config({}), {})]
     with pytest.raises(ConfigError, match="same label"):
         expand_sweep(validate_config({"sweep": {"training.lr": ["0.5", 0.5]}}))

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hargo_hpc.files import write_atomic
+from hargo_hpc.files import read_jsonl, write_atomic
 
 SUMMARY = Path("eval") / "summary.json"
 HEADLINE = ("reward", "reward_std", "completions/mean_length")
@@ -22,22 +22,6 @@ HEADLINE = ("reward", "reward_std", "completions/mean_length")
 
 class EvalError(ValueError):
     """The run cannot be summarised (one line naming the file)."""
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics JSONL file; a torn last line (a run still writing) skipped."""
-    records = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines):
-                break
-            raise EvalError(f"{path}:{number}: not a JSON line") from None
-    return records
 
 
 def summarise(run_dir: str | Path) -> dict[str, Any]:
@@ -52,10 +36,9 @@ def summarise(run_dir: str | Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as err:
         raise EvalError(f"{finished}: cannot read it: {err}") from None
     metrics = root / "metrics.jsonl"
-    try:
-        records = read_metrics(metrics)
-    except FileNotFoundError:
-        raise EvalError(f"{metrics}: no such file") from None
+    if not metrics.is_file():
+        raise EvalError(f"{metrics}: no such file")
+    records = read_jsonl(metrics)
     if not records:
         raise EvalError(f"{metrics}: no steps recorded")
     first, last = records[0], records[-1]

@@ -11,8 +11,10 @@ from pathlib import Path
 from hargo_hpc.config import ExperimentConfig
 from hargo_hpc.slurm.render import render_script
 
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+# Terminal states: the job's processes are gone (REVOKED: a federation sibling ran it).
+FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
+                      "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED"})
+TIMEOUT_S = 60
 
 
 class SlurmError(RuntimeError):
@@ -21,9 +23,11 @@ class SlurmError(RuntimeError):
 
 def _run(argv: list[str]) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} not found: is this a Slurm login node?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {TIMEOUT_S} s") from None
     if done.returncode != 0:
         raise SlurmError(f"{shlex.join(argv)} failed: {done.stderr.strip()}")
     return done.stdout

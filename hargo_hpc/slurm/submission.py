@@ -30,8 +30,7 @@ import datetime
 import os
 import shlex
 import subprocess
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from hargo_hpc.config import (
 )
 from hargo_hpc.files import write_atomic
 from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
+from hargo_hpc.slurm.options import minutes
 from hargo_hpc.slurm.render import render_script
 
 STEP_SPAN = 1_000_000  # handoff steps per run of a submission (run i: i*SPAN + step)
@@ -140,14 +140,13 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
     remote = any(get_task(spec.name).remote for spec in config.data.tasks)
     handoff_dir = root / HANDOFF if remote else None
     runs = []
-    for index, (label, point) in enumerate(points):
+    for index, (label, point, overrides) in enumerate(points):
         run_dir = root / label if label else root
         update: dict[str, Any] = {"run": point.run.model_copy(update={
             "dir": str(run_dir.parent), "name": run_dir.name})}
         if handoff_dir is not None:
             update["handoff"] = point.handoff.model_copy(update={
                 "dir": str(handoff_dir), "step_offset": index * STEP_SPAN, "local_workers": 0})
-        overrides = {key: values for key, values in _point_values(config, label, points)}
         stem = (run_dir / "config" if config_dir is None
                 else config_dir.absolute() / (label or config.run.name))
         run = PlannedRun(index, label, point.model_copy(update=update), overrides,
@@ -186,19 +185,6 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                            [[*hargo, "eval", "run", str(r.dir)] for r in runs],
                            after=[("afterok", "train")]))
     return Plan(config, root, runs, jobs, handoff_dir, py)
-
-
-def _point_values(config: ExperimentConfig, label: str,
-                  points: Sequence[tuple[str, ExperimentConfig]]) -> list[tuple[str, Any]]:
-    """The swept keys and this point's values (read back from its config)."""
-    point = dict(points)[label]
-    out = []
-    for key in config.sweep:
-        node: Any = point
-        for part in key.split("."):
-            node = node[int(part)] if isinstance(node, list) else getattr(node, part)
-        out.append((key, node.model_dump(mode="json") if hasattr(node, "model_dump") else node))
-    return out
 
 
 # ---------------------------------------------------------------- scripts
@@ -449,7 +435,7 @@ def run_local(plan: Plan, *, log: Callable[[str], object] = print) -> Manifest:
 
     def start(job: PlannedJob) -> list[Any]:
         executor = submitit.AutoExecutor(folder=str(folder / job.name), cluster="local")
-        executor.update_parameters(timeout_min=_minutes(job.resources.time),
+        executor.update_parameters(timeout_min=minutes(job.resources.time),
                                    name=plan.job_name(job))
         handles = [executor.submit(CommandFunction(argv, env=env, verbose=False))
                    for argv in job.commands]
@@ -496,12 +482,3 @@ def _wait(job: PlannedJob, handles: list[Any], log: Callable[[str], object]) -> 
     log(f"{job.name}: {len(handles)} task(s) done")
 
 
-def _minutes(time: str) -> int:
-    from hargo_hpc.slurm.options import minutes
-
-    return minutes(time)
-
-
-def python_default() -> str:
-    """The interpreter the jobs run: this one, when `slurm.python` is left at "python"."""
-    return sys.executable

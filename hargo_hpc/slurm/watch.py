@@ -24,7 +24,6 @@ import codecs
 import json
 import re
 import shutil
-import subprocess
 import time
 import tomllib
 from collections import Counter
@@ -33,12 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hargo_hpc.slurm.jobs import FINISHED as _JOBS_FINISHED
-from hargo_hpc.slurm.jobs import SlurmError, _run
+from hargo_hpc.slurm.jobs import FINISHED, SlurmError, _run
 from hargo_hpc.slurm.manifest import JobEntry, Manifest, ManifestError
 
-# Terminal states: the job's processes are gone (REVOKED: a federation sibling ran it).
-FINISHED = frozenset(_JOBS_FINISHED | {"REVOKED"})
 UNKNOWN = "UNKNOWN"  # neither sacct nor squeue lists it (purged, or a wrong id)
 NOT_SUBMITTED = "NOT_SUBMITTED"  # job_id "" in the manifest: sbatch was never reached
 LOCAL = "LOCAL"  # executor "local": Slurm knows nothing of it
@@ -138,7 +134,7 @@ def _squeue(job_ids: list[str]) -> dict[str, str]:
     lists a job that has ended)."""
     try:
         return parse_sacct(_run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T"]))
-    except (SlurmError, subprocess.TimeoutExpired):
+    except SlurmError:
         return {}  # "Invalid job id specified" once every id is gone: nothing to add
 
 
@@ -152,8 +148,6 @@ def _backoff(argv: list[str], attempts: int, first_delay_s: float) -> str:
     for attempt in range(1, attempts + 1):
         try:
             return _run(argv)
-        except subprocess.TimeoutExpired:
-            error = f"{argv[0]} did not answer within 60 s"
         except SlurmError as err:
             if shutil.which(argv[0]) is None:
                 raise  # no Slurm client here: waiting will not bring one

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hargo_hpc.files import write_atomic
+from hargo_hpc.files import read_jsonl, write_atomic
 
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
 STEP_KEYS: tuple[str, ...] = (
@@ -224,15 +224,7 @@ class WeightedMean:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of a JSONL file (a half-written last line, from a kill, is skipped)."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    return read_jsonl(path)
 
 
 class MetricsWriter:
