@@ -168,8 +168,13 @@ class ExperimentConfig(_Section):
         return Path(self.handoff.dir) if self.handoff.dir else self.run_dir() / "handoff"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data, with unset optional fields (None) left out, as TOML needs."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """Plain data, with unset optional fields (None) left out, as TOML needs; of
+        `[algorithm.hargo]` only the keys the file set (they override the HARGO preset's
+        params, `presets.hargo_overrides`, so a saved config resolves to the same method)."""
+        out = self.model_dump(mode="json", exclude_none=True)
+        out["algorithm"]["hargo"] = self.algorithm.hargo.model_dump(mode="json",
+                                                                     exclude_unset=True)
+        return out
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.to_dict())

@@ -200,25 +200,33 @@ class Sqd:
     def stage_of(self, problem: str) -> StageSpec:
         return self.settings.stages[self.problems[problem].stage]
 
-    def required_miss(self, problem: str, record: Mapping[str, Any]) -> list[str]:
-        """The techniques the problem's stage requires that an ok record's code lacks."""
+    def required_miss(self, problem: str, record: Mapping[str, Any], stage: str = "") -> list[str]:
+        """The techniques that `stage` (a stage name; "" = the problem's stage now) requires
+        and an ok record's code lacks."""
+        spec = (next(s for s in self.settings.stages if s.name == stage) if stage
+                else self.stage_of(problem))
         found = set(record.get("techniques") or ())
-        return [t for t in self.stage_of(problem).require if t not in found]
+        return [t for t in spec.require if t not in found]
 
     def observe(self, step: int, results: Sequence[Result]) -> list[str]:
         """Fold one step's results in: the archive, then each prompted problem's stage.
-        Returns one line per stage change."""
+        Returns one line per stage change. A result whose prompt had another stage than the
+        problem's now (generated before a stage change, rollout.max_staleness 1) goes to the
+        archive but not into the new stage's plateau count."""
         by_problem: dict[str, list[float]] = {}
         for result in results:
-            result.stage = result.stage or self.stage_of(result.problem).name
-            by_problem.setdefault(result.problem, [])
+            now = self.stage_of(result.problem).name
+            result.stage = result.stage or now
+            if result.stage == now:
+                by_problem.setdefault(result.problem, [])
             record = result.record
             if record.get("status") != "ok" or record.get("suspicious"):
                 continue
             gflops = float((record.get("gflops") or {}).get("median") or 0.0)
-            if self.required_miss(result.problem, record):
+            if self.required_miss(result.problem, record, result.stage):
                 continue
-            by_problem[result.problem].append(gflops)
+            if result.stage == now:
+                by_problem[result.problem].append(gflops)
             self._archive(step, result, gflops)
         changes = []
         for problem, values in by_problem.items():

@@ -5,22 +5,31 @@ weights computed from a *confidence-modulated advantage*, which combines a *disc
 signal* from the group-level reward contrast with a *confidence signal* from the reference
 model's log-probabilities; the advantage is modulated *before* the weights are computed; no
 task-type labels are used. The formulas below are this project's choices (docs/algorithms.md
-gives the reasoning for each). Read top to bottom:
+gives the reasoning and the benchmark behind each; the switchable statistics are in
+`hargo_stats.py`, with their derivations). Read top to bottom:
 
 1. base advantage      A_i = GRPO advantage (or another estimator)                  [B]
-2. discrimination      D_g = clip( (σ_g / σ̄)^p, W^−¼, W^¼ ),  σ̄ = geometric mean of the
-                       nonzero group stds σ_g of the batch                          per group
-3. confidence          c_i = mean_t log π_ref(y_it),  u_i = c_i − mean_{j∈g} c_j
-                       C_i = clip( exp(−β · sign(A_i) · u_i), W^−¼, W^¼ )           per response
+2. discrimination      per group, from its own rewards (`discrimination_stat`):
+                       balance (default)  s_g = (mean_g|r − r̄| / sd_g)²,
+                                          D_g = clip(s_g^(p/2), W^−½, 1)
+                       std_batch          D_g = clip((σ_g / σ̄)^p, W^−¼, W^¼), σ̄ = geometric
+                                          mean of the nonzero group stds σ_g of the batch
+3. confidence          c_i = the reference's log-prob of response i (`confidence_stat`; default:
+                       the mean over its tokens with π_ref < τ), u_i = c_i − mean_{j∈g} c_j
+                       (optionally / sd_g(c)), C_i = clip(exp(−β · sign(A_i) · u_i), W^−¼, W^¼)
 4. modulated advantage Ã_i = A_i · D_g · C_i
 5. weights             w_i = (Ã_i / A_i) / mean_j (Ã_j / A_j) = D_g C_i / mean_j D_g(j) C_j,
                        positive, mean 1 over the batch, in [1/W, W], no gradient
 
-Switching both signals off gives w ≡ 1, so the weighted loss is exactly GRPO's.
+Switching both signals off gives w ≡ 1, so the weighted loss is exactly GRPO's. No task label
+enters any of this; `label_control` (an ablation control only) replaces the weights afterwards,
+in `hargo_weights`, by per-label constants (`hargo_labels.label_control_weights`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +45,14 @@ from hargo_hpc.algorithms._checks import (
 )
 from hargo_hpc.algorithms.advantages import compute_advantages
 from hargo_hpc.algorithms.groups import Groups
+from hargo_hpc.algorithms.hargo_labels import label_control_weights
 from hargo_hpc.algorithms.hargo_params import HargoParams
+from hargo_hpc.algorithms.hargo_stats import (
+    CONFIDENCE_FUNCTIONS,
+    SCALE_FREE_STATS,
+    scale_free_discrimination,
+    standardised,
+)
 
 # ---------------------------------------------------------------- the signals
 
@@ -46,14 +62,14 @@ class HargoSignals:
     """Every intermediate of HARGO, per response [B] (for logging, tests and the benchmark)."""
 
     advantages: Tensor  # A_i, the base advantage
-    contrast: Tensor  # σ_g of the response's group
+    contrast: Tensor  # the group statistic of the response's group: σ_g (std_batch) or s_g
     discrimination: Tensor  # D_g (1 when switched off)
-    confidence: Tensor  # c_i, length-normalised reference log-prob (nats / token)
+    confidence: Tensor  # c_i under `confidence_stat` (nats, per token for the means)
     surprise: Tensor  # −sign(A_i) · u_i
     confidence_factor: Tensor  # C_i (1 when switched off)
     modulated_advantages: Tensor  # Ã_i = A_i D_g C_i
     weights: Tensor  # w_i, mean 1, in [1/W, W]
-    contrast_ref: float  # σ̄ used
+    contrast_ref: float  # σ̄ used (std_batch); 1.0, the fixed reference, otherwise
 
 
 def group_contrast(rewards: Tensor, groups: Groups) -> Tensor:
@@ -78,30 +94,37 @@ def reference_contrast(
 def discrimination_signal(
     contrast: Tensor, contrast_ref: float, power: float, bound: float
 ) -> Tensor:
-    """D_g = clip((σ_g / σ̄)^p, 1/b, b): how sharply the group's rewards separate its
-    responses, relative to the batch. Scale-free (rewards × k leaves it unchanged) and
-    label-free; a zero-variance group gets the floor 1/b (with p > 0)."""
+    """D_g = clip((σ_g / σ̄)^p, 1/b, b), `discrimination_stat = "std_batch"` (the first
+    reading): how widely the group's rewards spread, relative to the batch. Unchanged when
+    *every* reward of the batch is scaled by k, but not when one group's or one task's rewards
+    are rescaled: then σ_g / σ̄ compares the reward units of different tasks, and depends on
+    the batch mix through σ̄ (docs/algorithms.md, the review). Label-free; a zero-variance group
+    gets the floor 1/b (with p > 0)."""
     return ((contrast / contrast_ref) ** power).clamp(1.0 / bound, bound)
 
 
-def confidence_signal(ref_logprobs: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """(c_i, has_tokens): c_i = Σ_t m_it log π_ref,it / Σ_t m_it, the reference model's mean
-    per-token log-prob of response i (length-normalised, so a 2-token `yes` and a 40-token
-    sentence are on one scale); 0 for a response with no completion token."""
-    mask_f = mask.to(ref_logprobs.dtype)
-    tokens = mask_f.sum(dim=-1)
-    total = torch.where(mask, ref_logprobs, torch.zeros_like(ref_logprobs)).sum(dim=-1)
-    return total / tokens.clamp(min=1.0), tokens > 0
+def confidence_signal(
+    ref_logprobs: Tensor, mask: Tensor, stat: str = "token_mean", threshold: float = 0.9
+) -> tuple[Tensor, Tensor]:
+    """(c_i, has_tokens) under the `confidence_stat` `stat` (hargo_stats.CONFIDENCE_FUNCTIONS;
+    formulas there). The default `token_mean` is c_i = Σ_t m_it log π_ref,it / Σ_t m_it; 0 for
+    a response with no completion token."""
+    return CONFIDENCE_FUNCTIONS[stat](ref_logprobs, mask, threshold)
 
 
-def relative_confidence(confidence: Tensor, has_tokens: Tensor, groups: Groups) -> Tensor:
+def relative_confidence(
+    confidence: Tensor, has_tokens: Tensor, groups: Groups, standardise: bool = False
+) -> Tensor:
     """u_i = c_i − mean_{j∈g, j has tokens} c_j: confidence relative to the response's group
     (removes the task- and prompt-level offset, as ProGRPO/ARM's c(q) − c(o_i|q)); 0 for a
-    response without tokens."""
+    response without tokens. With `standardise`, u_i / sd_g(c) (hargo_stats.standardised: 0
+    where sd_g(c) ≤ 1e-6 nats), so each group's confidences spread alike whatever their unit."""
     valid = has_tokens.to(confidence.dtype)
     count = groups.sum(valid).clamp(min=1.0)
     mean = groups.sum(confidence * valid) / count
-    return torch.where(has_tokens, confidence - mean[groups.inverse], torch.zeros_like(confidence))
+    relative = torch.where(has_tokens, confidence - mean[groups.inverse],
+                           torch.zeros_like(confidence))
+    return standardised(relative, has_tokens, groups) if standardise else relative
 
 
 def advantage_sign(advantages: Tensor, tol: float = 1e-6) -> Tensor:
@@ -122,8 +145,9 @@ def confidence_factor(surprise: Tensor, scale: float, bound: float) -> Tensor:
 def normalized_weights(factor: Tensor) -> Tensor:
     """w_i = r_i / mean_j r_j for the modulation factor r_i = Ã_i / A_i = D_g C_i.
 
-    Since every r lies in [W^−½, W^½], every w lies in [1/W, W], max/min ≤ W, and mean w = 1
-    exactly: bounded without iterative clip-and-renormalise."""
+    Since each signal's max / min is at most √W, max r / min r ≤ W; the mean lies between
+    min r and max r, so every w lies in [1/W, W], max/min ≤ W, and mean w = 1 exactly:
+    bounded without iterative clip-and-renormalise."""
     return factor / factor.mean()
 
 
@@ -144,7 +168,8 @@ def hargo_signals(
 
     `advantages` (optional) are the base advantages if already computed (else the
     `estimator`'s); `running_contrast` is σ̄ of earlier steps (`contrast_ref` of the last
-    call), used when `contrast_momentum` > 0.
+    call), used when `contrast_momentum` > 0 (std_batch only). Label-free: `label_control`
+    is ignored here (`hargo_weights` applies it).
     """
     params = HargoParams.from_dict(options)
     rewards = as_rewards(rewards).detach()
@@ -170,22 +195,29 @@ def hargo_signals(
             empty = rewards.clone()
             return HargoSignals(empty, empty, empty, empty, empty, empty, empty, empty, 1.0)
         groups = Groups.of(index)
-        bound = params.max_weight ** 0.25  # each signal in [W^−¼, W^¼]
+        bound = params.max_weight ** 0.25  # each signal's max / min ≤ b² = √W
         ones = torch.ones_like(rewards)
-        # 2. discrimination, per group
-        contrast = group_contrast(rewards, groups)
-        contrast_ref, _ = reference_contrast(
-            contrast, running_contrast, params.contrast_momentum
-        )
-        contrast_ref = max(contrast_ref, params.eps)
-        disc = ones
-        if params.discrimination:
-            disc = discrimination_signal(
+        # 2. discrimination, per group, from the group's own rewards
+        if params.discrimination_stat == "std_batch":
+            contrast = group_contrast(rewards, groups)
+            contrast_ref, _ = reference_contrast(
+                contrast, running_contrast, params.contrast_momentum
+            )
+            contrast_ref = max(contrast_ref, params.eps)
+            signal = discrimination_signal(
                 contrast, contrast_ref, params.discrimination_power, bound
-            )[groups.inverse]
+            )
+        else:
+            contrast = SCALE_FREE_STATS[params.discrimination_stat](rewards, groups)
+            contrast_ref = 1.0
+            signal = scale_free_discrimination(contrast, params.discrimination_power, bound)
+        disc = signal[groups.inverse] if params.discrimination else ones
         # 3. confidence, per response
-        conf, has_tokens = confidence_signal(ref_logprobs.to(rewards.dtype), mask)
-        surprise = -advantage_sign(advantages) * relative_confidence(conf, has_tokens, groups)
+        conf, has_tokens = confidence_signal(ref_logprobs.to(rewards.dtype), mask,
+                                             params.confidence_stat,
+                                             params.confidence_threshold)
+        relative = relative_confidence(conf, has_tokens, groups, params.confidence_standardise)
+        surprise = -advantage_sign(advantages) * relative
         conf_factor = ones
         if params.confidence:
             conf_factor = confidence_factor(surprise, params.confidence_scale, bound)
@@ -206,26 +238,59 @@ def hargo_signals(
     )
 
 
+def confidence_clip_fraction(signals: HargoSignals, params: HargoParams) -> float:
+    """Fraction of the responses with A_i ≠ 0 whose C_i sits at its clip W^±¼ (0.0 if none):
+    near 1, C is only a sign; lower β (`confidence_scale`) to keep its size."""
+    live = signals.advantages != 0
+    if not params.confidence or not bool(live.any()):
+        return 0.0
+    log_bound = math.log(params.max_weight) / 4
+    at_clip = signals.confidence_factor.log().abs() >= log_bound * (1 - 1e-9)
+    return float((at_clip & live).sum()) / float(live.sum())
+
+
 def hargo_weights(
     rewards: Tensor,
     group_index: Tensor,
     ref_logprobs: Tensor,
     mask: Tensor,
+    *,
+    labels: Sequence[str] | None = None,
+    label_means: Mapping[str, float] | None = None,
     **options: Any,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Any]]:
     """HARGO's per-response importance weights [B] (detached; positive, mean 1, in [1/W, W])
-    and float stats. Use them as `policy_loss(..., advantages=A, weights=w)` with the same base
-    advantages A: then w_i A_i ∝ Ã_i, the confidence-modulated advantage.
+    and stats (floats, plus `label_means` under the label control). Use them as
+    `policy_loss(..., advantages=A, weights=w)` with the same base advantages A: then
+    w_i A_i ∝ Ã_i, the confidence-modulated advantage.
 
     Options: the HargoParams fields, plus `advantages` and `running_contrast` (see
     `hargo_signals`). Stats include `contrast_ref`, to pass back as `running_contrast`.
+
+    `labels` and `label_means` are read ONLY when `label_control` is true (the ablation
+    control; hargo_labels.label_control_weights): then `labels` (one task label per row) is
+    required, the label-free weights are replaced by the per-label running means, and
+    stats["label_means"] (a dict) is the state to pass back as `label_means` next step. With
+    `label_control` false, labels are ignored: HARGO stays label-free.
     """
     signals = hargo_signals(rewards, group_index, ref_logprobs, mask, **options)
+    params = HargoParams.from_dict({k: v for k, v in options.items()
+                                    if k not in ("advantages", "running_contrast")})
     w = signals.weights
+    control: dict[str, Any] = {}
+    if params.label_control:
+        if labels is None:
+            raise ValueError("algorithm.hargo.label_control needs the task label of every row: "
+                             "pass labels= to hargo_weights")
+        if len(labels) != w.numel():
+            raise ValueError(f"labels must have {w.numel()} entries (one per response of "
+                             f"rewards), got {len(labels)}")
+        w, means = label_control_weights(labels, w, label_means, params.label_momentum)
+        control = {"label_means": means}
     if w.numel() == 0:
         return w, {"weight_min": 1.0, "weight_max": 1.0, "weight_std": 0.0,
-                   "contrast_ref": signals.contrast_ref}
-    stats = {
+                   "contrast_ref": signals.contrast_ref, **control}
+    stats: dict[str, Any] = {
         "weight_min": float(w.min()),
         "weight_max": float(w.max()),
         "weight_std": float(w.std()) if w.numel() > 1 else 0.0,
@@ -234,7 +299,53 @@ def hargo_weights(
         "discrimination_mean": float(signals.discrimination.mean()),
         "confidence_mean": float(signals.confidence.mean()),
         "confidence_factor_mean": float(signals.confidence_factor.mean()),
+        "confidence_clip_fraction": confidence_clip_fraction(signals, params),
         "adv_abs_mean": float(signals.advantages.abs().mean()),
         "modulated_adv_abs_mean": float(signals.modulated_advantages.abs().mean()),
+        **control,
     }
     return w, stats
+
+
+def hargo_weights_of_rows(
+    rewards: Sequence[float],
+    group_index: Sequence[int],
+    ref_logprobs: Sequence[Sequence[float]],
+    *,
+    labels: Sequence[str] | None = None,
+    label_means: Mapping[str, float] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """`hargo_weights` on plain Python rows, for callers without tensors (scripts reading a
+    rollouts JSONL, the benchmarks): `ref_logprobs[i]` is the list of reference log-probs of
+    response i's completion tokens (ragged; padded and masked here), in float64.
+
+    Returns {"advantages", "contrast", "discrimination", "confidence", "confidence_factor",
+    "weights": lists [B], "stats": hargo_weights' stats}; `weights` includes the label
+    control when `label_control` is on, the rest is label-free.
+    """
+    batch = len(rewards)
+    width = max((len(row) for row in ref_logprobs), default=0)
+    ref = torch.zeros(batch, width, dtype=torch.float64)
+    mask = torch.zeros(batch, width, dtype=torch.bool)
+    for i, row in enumerate(ref_logprobs):
+        ref[i, :len(row)] = torch.tensor(row, dtype=torch.float64)
+        mask[i, :len(row)] = True
+    r = torch.tensor(list(rewards), dtype=torch.float64)
+    g = torch.tensor(list(group_index), dtype=torch.long)
+    extra = options.pop("advantages", None)
+    if extra is not None:
+        options["advantages"] = torch.tensor(list(extra), dtype=torch.float64)
+    signals = hargo_signals(r, g, ref, mask, **options)
+    options["advantages"] = signals.advantages
+    weights, stats = hargo_weights(r, g, ref, mask, labels=labels, label_means=label_means,
+                                   **options)
+    return {
+        "advantages": signals.advantages.tolist(),
+        "contrast": signals.contrast.tolist(),
+        "discrimination": signals.discrimination.tolist(),
+        "confidence": signals.confidence.tolist(),
+        "confidence_factor": signals.confidence_factor.tolist(),
+        "weights": weights.tolist(),
+        "stats": stats,
+    }

@@ -264,6 +264,7 @@ def policy_loss(
             "dual_clip_frac": _masked_mean(dual.to(mask_f.dtype), mask_f),
             "approx_kl": _masked_mean(old_kl, mask_f),
             "ratio_mean": _masked_mean(ratio.detach(), mask_f),
+            "ratio_sq_mean": _masked_mean(ratio.detach() ** 2, mask_f),
             "adv_mean": _masked_mean(adv, mask_f),
         }
         if kl is not None:

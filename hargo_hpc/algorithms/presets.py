@@ -30,7 +30,8 @@ class ResolvedAlgorithm:
     loss: ppo (clipped surrogate), pg (plain policy gradient), dpo, sft.
     kl_in_reward: the KL penalty is folded into the reward (`kl_penalized_rewards`) instead of
     added to the loss. overlong_buffer: L_cache in tokens; None = a fifth of the generation
-    limit (DAPO's ratio), 0 = no overlong shaping. hargo: the HARGO params (only for `hargo`).
+    limit (DAPO's ratio), 0 = no overlong shaping. hargo: the HARGO params (only for `hargo`
+    and its ablation presets, HARGO_PRESETS).
     """
 
     name: str
@@ -108,7 +109,18 @@ PRESETS: dict[str, ResolvedAlgorithm] = {
                    kl_coef=0.0),
     # HARGO, arXiv 2607.28301: GRPO + per-response weights (hargo.py)
     "hargo": replace(_GRPO, name="hargo", hargo=HargoParams()),
+    # HARGO's ablations (docs/algorithms.md): the first reading of both statistics, each signal
+    # off, and the label control (fixed per-task weights: a control, not a method)
+    "hargo_std_batch": replace(_GRPO, name="hargo_std_batch", hargo=HargoParams(
+        discrimination_stat="std_batch", confidence_stat="token_mean", confidence_scale=1.0)),
+    "hargo_no_discrimination": replace(_GRPO, name="hargo_no_discrimination",
+                                       hargo=HargoParams(discrimination=False)),
+    "hargo_no_confidence": replace(_GRPO, name="hargo_no_confidence",
+                                   hargo=HargoParams(confidence=False)),
+    "hargo_label_control": replace(_GRPO, name="hargo_label_control",
+                                   hargo=HargoParams(label_control=True)),
 }
+HARGO_PRESETS = tuple(name for name, preset in PRESETS.items() if preset.hargo is not None)
 
 
 def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
@@ -135,9 +147,11 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
     if dual is not None and dual <= 1:
         raise ValueError(f"algorithm.dual_clip: must be > 1, got {dual}")
     changes["dpo_beta"] = float(getattr(section, "dpo_beta", 0.1))
-    # validated for every method (typos surface early); used only by hargo
-    hargo = HargoParams.from_dict(dict(getattr(section, "hargo", None) or {}))
-    if name == "hargo":
+    # validated for every method (typos surface early); used only by the HARGO presets
+    overrides = hargo_overrides(getattr(section, "hargo", None))
+    preset_hargo = PRESETS[name].hargo
+    if preset_hargo is not None:
+        hargo = HargoParams.from_dict({**preset_hargo.to_dict(), **overrides})
         estimator = changes.get("estimator", PRESETS[name].estimator)
         if estimator != hargo.estimator:
             raise ValueError(
@@ -147,6 +161,22 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
             )
         changes["hargo"] = hargo
     return replace(PRESETS[name], **changes)
+
+
+def hargo_overrides(values: Any) -> dict[str, Any]:
+    """The `[algorithm.hargo]` keys that override a HARGO preset's params: exactly the keys
+    the experiment file wrote (pydantic's `model_fields_set`; the resolved config saved with a
+    run lists only those, `ExperimentConfig.to_dict`), so `confidence = true` on
+    `hargo_no_confidence` turns the signal back on and an untouched key keeps the preset's
+    value. `values` is the config's HargoParams or a plain mapping (validated: a one-line
+    ValueError names a bad key or value)."""
+    if values is None:
+        return {}
+    if isinstance(values, HargoParams):
+        return {key: getattr(values, key) for key in values.model_fields_set}
+    given = dict(values)
+    params = HargoParams.from_dict(given)
+    return {key: getattr(params, key) for key in given}
 
 
 def _check_choice(field: str, value: Any, valid: tuple[str, ...]) -> None:

@@ -158,6 +158,29 @@ def write_rng(partial: Path, rank: int) -> None:
     os.replace(tmp, rng_file(partial, rank))
 
 
+def loop_file(checkpoint: Path, rank: int) -> Path:
+    return checkpoint / f"loop_rank{rank}.pt"
+
+
+def write_loop_state(partial: Path, rank: int, state: dict[str, Any]) -> None:
+    """(Every rank that has one.) This rank's tensors of the loop (the in-flight step of
+    rollout.max_staleness 1): tensors, lists, strings and numbers only."""
+    tmp = partial / f".tmp-loop_rank{rank}.pt"
+    torch.save(state, tmp)
+    os.replace(tmp, loop_file(partial, rank))
+
+
+def read_loop_state(checkpoint: Path, rank: int) -> dict[str, Any] | None:
+    """This rank's loop state of `checkpoint`, None when it has none."""
+    path = loop_file(checkpoint, rank)
+    if not path.is_file():
+        return None
+    try:
+        return dict(torch.load(path, weights_only=True))
+    except Exception as err:  # a torn or foreign file: say which
+        raise CheckpointError(f"{path} is not a loop state: {err}") from None
+
+
 def publish(root: Path, tag: str) -> Path:
     """(Rank 0, after every rank finished writing.) Rename `.partial-<tag>` into place under a
     free name (`tag`, else `tag.1`, `tag.2`, ...) and point `latest` at it; returns its path."""

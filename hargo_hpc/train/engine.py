@@ -417,9 +417,11 @@ class Engine:
     # ------------------------------------------------------------ checkpoints
 
     def save_checkpoint(
-        self, root: str | os.PathLike[str], tag: str, client_state: dict[str, Any]
+        self, root: str | os.PathLike[str], tag: str, client_state: dict[str, Any],
+        loop_state: dict[str, Any] | None = None,
     ) -> Path:
-        """Save engine, `client_state` (JSON) and every rank's RNG states as `root/<tag>`.
+        """Save engine, `client_state` (JSON), every rank's RNG states and, when given, this
+        rank's `loop_state` (tensors; `checkpoint.read_loop_state`) as `root/<tag>`.
         Every rank calls it. Written under `.partial-<tag>` and renamed into place, then
         `latest` is replaced atomically (checkpoint.py). Returns the checkpoint's path."""
         root = Path(root)
@@ -430,6 +432,8 @@ class Engine:
         distributed.barrier()
         self._ds.save_checkpoint(str(root), tag=partial.name, client_state={}, save_latest=False)
         ckpt.write_rng(partial, self.rank)
+        if loop_state is not None:
+            ckpt.write_loop_state(partial, self.rank, loop_state)
         if self.rank == 0:
             ckpt.write_state(
                 partial, tag=tag, world_size=self.world_size, zero_stage=self.zero_stage,

@@ -1,4 +1,7 @@
-"""The RL loop: `train(config)` runs an experiment; `rl_step` is one step, read top to bottom.
+"""The RL loop: `train(config)` runs an experiment; `rl_step` is one step, read top to bottom:
+`start_step` (gen, and what needs the sampling policy) then `finish_step` (the rest). With
+rollout.max_staleness 1 the loop starts step t+1 before it finishes step t, so the bench works
+on t's rewards while t+1 is generated (docs/training.md, "Overlapping rewards").
 
 One step, in verl's phase names (each timed as `timing_s/<phase>`):
 
@@ -10,8 +13,9 @@ One step, in verl's phase names (each timed as `timing_s/<phase>`):
                   counted; SQD sees the results (`_sqd_step`: archive, advancement); DAPO's
                   overlong shaping when the preset has a buffer
     old_log_prob  the sampling policy's token log-probs, when the update is off-policy at all
-                  (num_iterations > 1, several optimizer steps per batch, or KL in the reward);
-                  else the update is exactly on-policy (ratio 1 on its first pass)
+                  (num_iterations > 1, several optimizer steps per batch, KL in the reward, or
+                  max_staleness 1); else the update is exactly on-policy (ratio 1 on its first
+                  pass). Taken right after generation, before any later update
     ref           the reference model's token log-probs, when the method needs them
     adv           KL folded into the reward (kl_in_reward presets), DAPO's dynamic sampling,
                   advantages (groups = the prompts), HARGO's weights
@@ -53,6 +57,7 @@ from torch import Tensor
 from hargo_hpc.algorithms.advantages import compute_advantages
 from hargo_hpc.algorithms.dapo import dynamic_sampling_filter, overlong_penalty
 from hargo_hpc.algorithms.hargo import hargo_weights
+from hargo_hpc.algorithms.hargo_labels import task_weight_shares
 from hargo_hpc.algorithms.losses import kl_penalized_rewards
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
 from hargo_hpc.config import ExperimentConfig, save_resolved
@@ -67,7 +72,7 @@ from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.logprobs import token_logprobs
-from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+from hargo_hpc.train.rollout import Generations, HFGenerateBackend, SamplingParams
 from hargo_hpc.train.settings import check_batch_shape
 from hargo_hpc.train.sft import (
     SftItem,
@@ -155,9 +160,11 @@ class Run:
     logprob_micro: int
     needs_old: bool
     hargo_contrast: float | None = None
+    hargo_label_means: dict[str, float] = field(default_factory=dict)  # the label control's
     prompts: dict[str, str] = field(default_factory=dict)
     sqd: Sqd | None = None  # SQD's stages for the GEMM prompts (sqd.enabled)
     sqd_dir: Path | None = None
+    last_step_end: float = 0.0  # perf_counter at the end of the previous step's record
 
     def user_text(self, example: Example) -> str:
         return self.tasks[example.task].user_text(example)
@@ -438,7 +445,7 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
                                 synced_gpus=False)
     sampling = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                               top_p=r.top_p, stop=tuple(r.stop))
-    needs_old = (t.num_iterations > 1 or opt_steps > 1
+    needs_old = (t.num_iterations > 1 or opt_steps > 1 or r.max_staleness > 0
                  or (algorithm.kl_in_reward and algorithm.kl_coef > 0))
     remote = any(task.remote for task in data.tasks.values())
     router = RewardRouter(  # rank 0 scores every rank's completions (rl_step)
@@ -450,7 +457,8 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     run = Run(config, algorithm, engine, tokenizer, reference, backend, router, data.tasks,
               sampler, prompt_format, sampling, accum, opt_steps,
               r.logprob_micro_batch or t.micro_batch_size, needs_old,
-              hargo_contrast=state.hargo.get("running_contrast"))
+              hargo_contrast=state.hargo.get("running_contrast"),
+              hargo_label_means=dict(state.hargo.get("label_means") or {}))
     _start_sqd(run, data, paths, state, checkpoint)
     saved: Path | None = checkpoint
     writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
@@ -460,8 +468,12 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
             warm_start(run, data, paths.sft / METRICS, t.sft_steps, stop, log)
             if stop.requested:
                 return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
+        in_flight = _in_flight(run, data, checkpoint)  # max_staleness 1: the next step
         for step in range(state.step + 1, t.steps + 1):
-            record, rows = rl_step(run, step)
+            rollout = in_flight if in_flight is not None else start_step(run, step)
+            in_flight = (start_step(run, step + 1)  # overlaps the bench's work on `step`
+                         if r.max_staleness and step < t.steps else None)
+            record, rows = finish_step(run, rollout)
             writer.write(record)
             if main:
                 m.write_rollouts(paths.rollouts(step), rows)
@@ -472,8 +484,9 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
                 stop.requested = next((s for s in distributed.gather_objects(stop.requested)
                                        if s), None)
             if (t.save_every and step % t.save_every == 0) or stop.requested:
-                saved = engine.save_checkpoint(paths.checkpoints, f"step_{step:06d}",
-                                               state.to_dict())
+                saved = engine.save_checkpoint(
+                    paths.checkpoints, f"step_{step:06d}", state.to_dict(),
+                    None if in_flight is None else in_flight.state_dict())
             if stop.requested:
                 log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
                 return TrainResult(paths.root, paths.metrics, step, saved, None,
@@ -509,12 +522,25 @@ def _start_sqd(run: Run, data: Data, paths: RunPaths, state: ckpt.TrainerState,
         m.truncate_after(run.sqd_dir / "results.jsonl", state.step)
 
 
+def _in_flight(run: Run, data: Data, checkpoint: Path | None) -> Rollout | None:
+    """The step a checkpoint saved in flight (rollout.max_staleness 1), its rewards submitted
+    again; None without one."""
+    saved = None if checkpoint is None else ckpt.read_loop_state(checkpoint, distributed.rank())
+    if saved is None:
+        return None
+    examples = {(e.task, e.id): e for items in data.train.values() for e in items}
+    return resume_rollout(run, saved, examples)
+
+
 def _tb_dir(paths: RunPaths) -> Path:
     return paths.root / TENSORBOARD
 
 
 def _state(run: Run, step: int, config_hash: str) -> ckpt.TrainerState:
-    hargo = {} if run.hargo_contrast is None else {"running_contrast": run.hargo_contrast}
+    hargo: dict[str, Any] = ({} if run.hargo_contrast is None
+                             else {"running_contrast": run.hargo_contrast})
+    if run.hargo_label_means:
+        hargo["label_means"] = run.hargo_label_means
     return ckpt.TrainerState(step=step, config_hash=config_hash,
                              sampler=run.sampler.state_dict(), hargo=hargo, handoff_step=step,
                              sqd=None if run.sqd is None else run.sqd.state_dict(),
@@ -545,39 +571,119 @@ def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:
 # ---------------------------------------------------------------- one RL step
 
 
+@dataclass
+class Rollout:
+    """A generated step on its way to the update (`start_step` → `finish_step`): every rank's
+    prompts, this rank's generations and its share of them, the sampling policy's log-probs
+    when the update needs them, and rank 0's submitted rewards."""
+
+    step: int
+    everything: list[Example]  # the step's prompts, the same on every rank
+    prompts: list[str]  # their templated texts (a GEMM problem's at its stage then)
+    stages: list[StageSpec | None]  # per row, the SQD stage its prompt had (None: no SQD)
+    gen: Any  # this rank's Generations
+    texts: list[str]  # every rank's completions, in row order
+    old: Tensor | None  # this rank's rows under the sampling policy
+    policy_version: int  # optimizer steps taken before generation
+    pending: Any = None  # rank 0: the RewardRouter's PendingRewards; elsewhere None
+    timer: m.PhaseTimer = field(default_factory=m.PhaseTimer)
+
+    def examples(self, rank: int, world: int) -> list[Example]:
+        share = len(self.everything) // world
+        return self.everything[rank * share:(rank + 1) * share]
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's part as tensors and plain values (a checkpoint's `loop_rank<r>.pt`); the
+        submitted rewards are not in it: `resume_rollout` submits them again."""
+        return {"step": self.step, "policy_version": self.policy_version,
+                "examples": [[e.task, e.id] for e in self.everything],
+                "prompts": self.prompts, "texts": self.texts, "old": self.old,
+                "stages": [None if s is None else s.name for s in self.stages],
+                "gen": {name: getattr(self.gen, name)
+                        for name in Generations.__dataclass_fields__}}
+
+
 def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One RL step (the phases of the module docstring); returns the metrics record and the
-    rollout rows.
+    """One synchronous RL step (the phases of the module docstring): `finish_step` of
+    `start_step`; returns the metrics record and the rollout rows."""
+    return finish_step(run, start_step(run, step))
+
+
+def start_step(run: Run, step: int) -> Rollout:
+    """The `gen` phase and what must happen under the sampling policy: draw the prompts,
+    sample G completions each, take their log-probs under this policy when the update needs
+    them (off-policy updates; always with rollout.max_staleness 1, since the update then comes
+    after the policy moved), and submit the rewards (GEMM requests go to the bench now).
 
     Under W ranks every rank draws the same prompts (the same sampler, the same seed) and
-    generates for its contiguous share (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups);
-    `own` is the slice of its rows in the step's batch. Rank 0 scores every rank's completions
-    (`_score`); rewards, lengths, groups and, for HARGO, the reference log-probs are gathered,
-    so every rank computes the same whole-batch advantages and weights, and keeps its rows for
-    the update. The record and the rollout rows describe the whole batch."""
-    cfg, alg, engine = run.config, run.algorithm, run.engine
-    G, max_new = cfg.rollout.num_generations, cfg.rollout.max_new_tokens
+    generates for its contiguous share (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups).
+    Rank 0 submits every rank's completions."""
+    cfg = run.config
+    G = cfg.rollout.num_generations
     timer = m.PhaseTimer()
-    lr = engine.lr  # what this step's first optimizer step uses
     world, rank = distributed.world_size(), distributed.rank()
-
     with timer("gen"):
         everything = run.sampler.batch(cfg.rollout.prompts_per_step)  # the same on every rank
+        prompts = [run.prompt_of(e) for e in everything]
         share = len(everything) // world
-        examples = everything[rank * share:(rank + 1) * share]
-        gen = run.backend.generate([run.prompt_of(e) for e in examples], G, run.sampling)
-    prompts = [run.prompt_of(e) for e in everything]
+        gen = run.backend.generate(prompts[rank * share:(rank + 1) * share], G, run.sampling)
+    texts = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
+    with timer("old_log_prob"):
+        old = _logprobs(run, run.engine.module, gen) if run.needs_old else None
+    stages = [run.stage_of(e) for e in everything for _ in range(G)]
+    rollout = Rollout(step, everything, prompts, stages, gen, texts, old,
+                      run.engine.optimizer_steps, timer=timer)
+    with timer("reward"):
+        rollout.pending = _submit(run, rollout)
+    return rollout
+
+
+def resume_rollout(run: Run, state: dict[str, Any], examples: dict[tuple[str, str], Example]
+                   ) -> Rollout:
+    """The in-flight step of a checkpoint (`Rollout.state_dict`), its rewards submitted again
+    under the same request ids (the handoff returns what it stored)."""
+    stages = {s.name: s for s in run.config.sqd.stages}
+    try:
+        everything = [examples[(task, id_)] for task, id_ in state["examples"]]
+    except KeyError as err:
+        raise TrainError(f"the checkpoint's in-flight step {state['step']} names example "
+                         f"{err.args[0]} that the training data no longer holds") from None
+    rollout = Rollout(int(state["step"]), everything, list(state["prompts"]),
+                      [None if n is None else stages[n] for n in state["stages"]],
+                      Generations(**state["gen"]), list(state["texts"]), state["old"],
+                      int(state["policy_version"]))
+    with rollout.timer("reward"):
+        rollout.pending = _submit(run, rollout)
+    return rollout
+
+
+def finish_step(run: Run, rollout: Rollout) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Everything after generation: wait for the rewards, reference log-probs, advantages,
+    HARGO's weights, the update, and the step's record and rollout rows.
+
+    Rewards, lengths, groups and, for HARGO, the reference log-probs are gathered, so every
+    rank computes the same whole-batch advantages and weights, and keeps its own rows (`own`)
+    for the update. The record and the rollout rows describe the whole batch."""
+    cfg, alg, engine = run.config, run.algorithm, run.engine
+    G, max_new = cfg.rollout.num_generations, cfg.rollout.max_new_tokens
+    step, gen, texts, old, timer = (rollout.step, rollout.gen, rollout.texts, rollout.old,
+                                    rollout.timer)
+    everything, prompts = rollout.everything, rollout.prompts
+    lr = engine.lr  # what this step's first optimizer step uses
+    staleness = engine.optimizer_steps - rollout.policy_version
+    world, rank = distributed.world_size(), distributed.rank()
+    share = len(everything) // world
+    examples = rollout.examples(rank, world)
     rows = [e for e in everything for _ in range(G)]
     own = slice(rank * share * G, (rank + 1) * share * G)
     mask = gen.completion_mask.bool()  # this rank's rows
     lengths = _all_rows(gen.completion_lengths)
     groups = _all_rows(gen.group_index + rank * share)
     truncated = _all_rows(gen.truncated)
-    texts = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
     device = gen.completion_ids.device
 
     with timer("reward"):
-        scores = _score(run, step, rows, texts)
+        scores = _collect(run, rollout, rows)
         task_rewards = torch.tensor(scores.rewards, dtype=torch.float32, device=device)
         scored = torch.tensor(scores.scored, dtype=torch.bool, device=device)
         rewards = task_rewards.clone()
@@ -587,9 +693,6 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             overlong = overlong_penalty(lengths, max_length=max_new, buffer=buffer,
                                         factor=alg.overlong_penalty).to(rewards)
             rewards = rewards + overlong
-
-    with timer("old_log_prob"):
-        old = _logprobs(run, engine.module, gen) if run.needs_old else None
 
     with timer("ref"):
         ref = _logprobs(run, run.reference, gen) if run.reference is not None else None
@@ -616,13 +719,18 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         if alg.hargo is not None and idx.numel():
             assert ref is not None
             all_ref, all_mask = _all_rows(ref), _all_rows(mask)
+            control = {}  # the label control (an ablation only) is the one use of labels
+            if alg.hargo.label_control:
+                control = {"labels": [rows[i].task for i in idx.tolist()],
+                           "label_means": run.hargo_label_means}
             w, hargo_stats = hargo_weights(
                 rewards[idx], groups[idx], all_ref[idx], all_mask[idx],
-                advantages=advantages[idx],
-                running_contrast=run.hargo_contrast, **alg.hargo.to_dict())
+                advantages=advantages[idx], running_contrast=run.hargo_contrast,
+                **control, **alg.hargo.to_dict())
             weights = torch.ones_like(rewards)
             weights[idx] = w.to(rewards)
             run.hargo_contrast = float(hargo_stats["contrast_ref"])
+            run.hargo_label_means = hargo_stats.get("label_means", run.hargo_label_means)
     loss_mask = mask & keep[own, None]
 
     with timer("update_actor"):
@@ -660,19 +768,26 @@ def rl_step(run: Run, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             "hargo/weight_max": float(kept_w.max()), "hargo/weight_std": hargo_stats["weight_std"],
             "hargo/contrast_ref": hargo_stats["contrast_ref"],
             "hargo/zero_contrast_fraction": hargo_stats["zero_contrast_fraction"],
+            "hargo/confidence_clip_fraction": hargo_stats["confidence_clip_fraction"],
         })
     record.update(update)
     keep_list = [bool(k) for k in keep.cpu()]
     task_weights = None if weight_list is None else [
         w if k else None for w, k in zip(weight_list, keep_list, strict=True)]
     record.update(_task_stats(tasks, task_list, scored_list, length_list, task_weights))
+    if weights is not None:
+        for name, share in task_weight_shares(tasks, weights, advantages, keep).items():
+            record[f"tasks/{name}/weight_share"] = share["share"]
+            record[f"tasks/{name}/adv_share"] = share["adv_share"]
     record.update(_task_metrics(run, rows, texts, scores.records))
     record.update(m.status_histogram(scores.records))
     if run.sqd is not None:
         record.update(run.sqd.metrics())
     num_tokens = distributed.sum_across_ranks(float(gen.attention_mask.sum()))
-    timing = timer.record()
+    timing = timer.record(since=run.last_step_end)
+    run.last_step_end = time.perf_counter()
     timing["timing_s/reward_wait"] = scores.wait_s
+    record["rollout/staleness"] = staleness
     record.update(timing)
     record["num_tokens"] = num_tokens
     record["tokens_per_s"] = num_tokens / max(timing["timing_s/step"], 1e-9)
@@ -708,37 +823,45 @@ def _all_rows(rows: Tensor) -> Tensor:
     return torch.cat(parts).to(rows.device)
 
 
-def _score(run: Run, step: int, rows: Sequence[Example], texts: Sequence[str]) -> Any:
-    """The RewardBatch of the whole step: rank 0 scores every completion (in process, or GEMM
-    through the handoff: only rank 0 talks to it) and the others receive it. Under SQD each
-    GEMM request carries its stage's forbidden techniques, and the results go to SQD
-    (`_sqd_step`) on every rank alike."""
-    stages = [run.stage_of(e) for e in rows]
-    forbidden = [None if s is None else s.forbid for s in stages] if run.sqd else None
-    batch = (run.router.score(step, rows, texts, forbidden=forbidden)
-             if distributed.is_main() else None)
+def _submit(run: Run, rollout: Rollout) -> Any:
+    """Rank 0 submits every completion of the step (text rewards in process, GEMM requests to
+    the handoff, each with its prompt's SQD stage's forbidden techniques); None elsewhere."""
+    if not distributed.is_main():
+        return None
+    G = run.config.rollout.num_generations
+    rows = [e for e in rollout.everything for _ in range(G)]
+    forbidden = [None if s is None else s.forbid for s in rollout.stages] if run.sqd else None
+    return run.router.submit(rollout.step, rows, rollout.texts, forbidden=forbidden)
+
+
+def _collect(run: Run, rollout: Rollout, rows: Sequence[Example]) -> Any:
+    """The RewardBatch of the whole step: rank 0 waits for it and the others receive it; under
+    SQD the results go to SQD (`_sqd_step`) on every rank alike."""
+    batch = run.router.collect(rollout.pending) if distributed.is_main() else None
     batch = distributed.broadcast_object(batch)
     if run.sqd is not None:
-        _sqd_step(run, step, rows, texts, batch)
+        _sqd_step(run, rollout.step, rows, rollout.texts, rollout.stages, batch)
     return batch
 
 
 def _sqd_step(run: Run, step: int, rows: Sequence[Example], texts: Sequence[str],
-              batch: Any) -> None:
-    """A stage's required technique missing from an ok kernel costs the format-violation
-    penalty (the bench judged what is forbidden, SQD what is required); then SQD sees the
-    step's results (archive, advancement) and rank 0 writes its files."""
+              stages: Sequence[StageSpec | None], batch: Any) -> None:
+    """A required technique of the stage a prompt had, missing from an ok kernel, costs the
+    format-violation penalty (the bench judged what is forbidden, SQD what is required); then
+    SQD sees the step's results (archive, advancement) and rank 0 writes its files."""
     assert run.sqd is not None
     results = []
-    for i, (example, text) in enumerate(zip(rows, texts, strict=True)):
+    for i, (example, text, stage) in enumerate(zip(rows, texts, stages, strict=True)):
         record = batch.records[i]
-        if example.task not in SQD_TASKS or record is None:
+        if example.task not in SQD_TASKS or record is None or stage is None:
             continue
         problem = example.meta["problem"]["name"]
-        missing = run.sqd.required_miss(problem, record) if record.get("status") == "ok" else []
+        missing = (run.sqd.required_miss(problem, record, stage.name)
+                   if record.get("status") == "ok" else [])
         if missing and batch.scored[i]:
             batch.rewards[i] = float(run.config.bench.penalties.format_violation)
-        results.append(Result(problem, run.tasks[example.task].extract(text), record))
+        results.append(Result(problem, run.tasks[example.task].extract(text), record,
+                              stage.name))
     for line in run.sqd.observe(step, results):
         if distributed.is_main():
             print(line, file=sys.stderr)

@@ -34,7 +34,8 @@ STEP_KEYS: tuple[str, ...] = (
     "rewards/scored", "rewards/unscored", "rewards/overlong_penalty", "rewards/kl_penalty",
     "rows/in_loss",
     # the update
-    "loss", "pg_loss", "kl", "entropy", "approx_kl", "ratio_mean", "advantages/abs_mean",
+    "loss", "pg_loss", "kl", "entropy", "approx_kl", "ratio_mean", "ratio_std",
+    "advantages/abs_mean", "rollout/staleness",
     "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/dual",
     "grad_norm",
     # completions
@@ -43,7 +44,7 @@ STEP_KEYS: tuple[str, ...] = (
     # methods
     "dynamic_sampling/dropped_group_fraction", "dynamic_sampling/dropped_response_fraction",
     "hargo/weight_mean", "hargo/weight_min", "hargo/weight_max", "hargo/weight_std",
-    "hargo/contrast_ref", "hargo/zero_contrast_fraction",
+    "hargo/contrast_ref", "hargo/zero_contrast_fraction", "hargo/confidence_clip_fraction",
     "dpo/pairs", "dpo/reward_accuracy", "dpo/margin", "dpo/chosen_reward", "dpo/rejected_reward",
     "sft/nll", "sft/tokens",
     # throughput and time
@@ -51,7 +52,7 @@ STEP_KEYS: tuple[str, ...] = (
     *(f"timing_s/{phase}" for phase in PHASES), "timing_s/reward_wait", "timing_s/step",
 )
 TASK_KEYS = ("count", "reward_mean", "reward_std", "completion_length", "weight_mean",
-             "weight_min", "weight_max")
+             "weight_min", "weight_max", "weight_share", "adv_share")
 SFT_KEYS = ("step", "loss", "nll", "tokens", "sequences", "grad_norm", "learning_rate",
             "timing_s/step")
 TIMING_PREFIX = "timing_s/"
@@ -94,9 +95,12 @@ class PhaseTimer:
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - begin
 
-    def record(self) -> dict[str, float]:
+    def record(self, since: float = 0.0) -> dict[str, float]:
+        """The phases and `step`: wall seconds from the timer's start, or from `since` (a
+        perf_counter value) when later: with rollout.max_staleness 1 a step is generated
+        during the previous one, and its step time counts from that one's end."""
         out = {f"{TIMING_PREFIX}{k}": v for k, v in self.seconds.items()}
-        out[f"{TIMING_PREFIX}step"] = time.perf_counter() - self.start
+        out[f"{TIMING_PREFIX}step"] = time.perf_counter() - max(self.start, since)
         return out
 
 
@@ -164,6 +168,7 @@ def task_stats(
         out[prefix + "weight_mean"] = _mean(w)
         out[prefix + "weight_min"] = min(w) if w else None
         out[prefix + "weight_max"] = max(w) if w else None
+        out[prefix + "weight_share"] = out[prefix + "adv_share"] = None  # HARGO: the loop's
     return out
 
 

@@ -85,6 +85,18 @@ class RewardBatch:
         return dict(Counter(str(r.get("status")) for r in self.records if r is not None))
 
 
+@dataclass
+class PendingRewards:
+    """A submitted step (`RewardRouter.submit`): its text rewards computed, its remote rows
+    (`remote`: their indices) at the bench until `RewardRouter.collect`."""
+
+    handoff_step: int
+    owners: list[Task]
+    remote: list[int]
+    rewards: list[float]
+    wait_s: float = 0.0
+
+
 class RewardRouter:
     """Rewards completions through the task registry's tasks; a context manager that starts
     and stops `local_workers` local bench workers on `handoff_dir`.
@@ -176,44 +188,70 @@ class RewardRouter:
         stage: str | int | None = None,
         forbidden: Sequence[Sequence[str] | None] | None = None,
     ) -> RewardBatch:
-        """The rewards of `completions` (completion i answers `examples[i]`).
+        """The rewards of `completions` (completion i answers `examples[i]`): `submit`, then
+        `collect`.
 
         stage: the SQD stage, sent with every remote request. forbidden: per completion, the
         techniques its prompt forbade (None: none). ValueError for mismatched lengths or an
         example of a task the router does not hold; WorkerDied when a local worker is gone;
         RewardError when the handoff already holds a different batch for `step`.
         """
+        return self.collect(self.submit(step, examples, completions, stage=stage,
+                                        forbidden=forbidden))
+
+    def submit(
+        self,
+        step: int,
+        examples: Sequence[Example],
+        completions: Sequence[str],
+        *,
+        stage: str | int | None = None,
+        forbidden: Sequence[Sequence[str] | None] | None = None,
+    ) -> PendingRewards:
+        """Send the step's remote requests to the handoff (the bench works on them from here
+        on) and compute the text rewards meanwhile; `collect` waits for the rest. Submitting
+        the same step again with the same completions (a resumed run) finds the stored batch
+        and its results. Errors as `score`."""
         n = len(examples)
         if len(completions) != n:
             raise ValueError(f"step {step}: {len(completions)} completions for {n} examples")
         if forbidden is not None and len(forbidden) != n:
             raise ValueError(f"step {step}: {len(forbidden)} forbidden lists for {n} examples")
         owners = [self._task_of(example) for example in examples]
-        rewards = [0.0] * n
-        scored = [True] * n
+        pending = PendingRewards(step + self.settings.step_offset,  # disjoint from other runs'
+                                 owners, [i for i, task in enumerate(owners) if task.remote],
+                                 [0.0] * n)
+        if pending.remote:  # first: the bench works while the text rewards are computed
+            started = time.monotonic()
+            self._submit(pending.handoff_step, pending.remote, owners, examples, completions,
+                         stage, forbidden)
+            pending.wait_s = time.monotonic() - started
+        self._text_rewards(owners, examples, completions, pending.rewards)
+        return pending
+
+    def collect(self, pending: PendingRewards) -> RewardBatch:
+        """The rewards of a submitted step: waits for its bench results (progress, timeout:
+        `infra_error`, unscored)."""
+        n = len(pending.rewards)
+        rewards, scored = list(pending.rewards), [True] * n
         records: list[dict[str, Any] | None] = [None] * n
-        remote = [i for i, task in enumerate(owners) if task.remote]
-        wait_s = 0.0
-        handoff_step = step + self.settings.step_offset  # disjoint from other runs' steps
-        if remote:  # first: the bench works while the text rewards are computed
+        wait_s = pending.wait_s
+        if pending.remote:
             started = time.monotonic()
-            self._submit(handoff_step, remote, owners, examples, completions, stage, forbidden)
-            wait_s = time.monotonic() - started
-        self._text_rewards(owners, examples, completions, rewards)
-        if remote:
-            started = time.monotonic()
-            by_id = self._collect(handoff_step, [request_id(i) for i in remote])
+            by_id = self._collect(pending.handoff_step,
+                                  [request_id(i) for i in pending.remote])
             wait_s += time.monotonic() - started
-            for i in remote:
+            for i in pending.remote:
                 record = by_id[request_id(i)]
                 records[i] = record
-                value = owners[i].reward_from_record(record)
+                value = pending.owners[i].reward_from_record(record)
                 if value is None:
                     scored[i] = False
                 else:
                     rewards[i] = float(value)
-            self._report_unscored(handoff_step, [records[i] for i in remote if not scored[i]],
-                                  len(remote))  # fmt: skip
+            self._report_unscored(pending.handoff_step,
+                                  [records[i] for i in pending.remote if not scored[i]],
+                                  len(pending.remote))  # fmt: skip
         return RewardBatch(rewards, scored, records, wait_s)
 
     def _task_of(self, example: Example) -> Task:

@@ -55,6 +55,11 @@ class RolloutSection(_Section):
         default_factory=list,
         description="stop strings: a completion ends where one appears (removed from its text)",
     )
+    max_staleness: int = Field(
+        0, ge=0, le=1, description="0 = synchronous (generate, wait for the rewards, update); "
+        "1 = generate and submit step t+1 while step t's rewards are computed, then update on "
+        "step t (the importance ratio uses the sampling policy's log-probs)",
+    )
     logprob_micro_batch: int = Field(
         0, ge=0, description="rows per forward pass for old-policy and reference log-probs; "
         "0 = training.micro_batch_size",

@@ -105,6 +105,14 @@ def _finish(engine: Any, grad_norms: list[float], losses: list[float]) -> dict[s
             "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else None}
 
 
+def _spread(mean: float | None, mean_sq: float | None) -> float | None:
+    """Token-weighted std of the importance ratio, sqrt(E[r²] − E[r]²) (0 when round-off makes
+    it negative)."""
+    if mean is None or mean_sq is None:
+        return None
+    return max(0.0, mean_sq - mean * mean) ** 0.5
+
+
 def _step_engine(engine: Any, grad_norms: list[float]) -> None:
     if engine.step() and engine.grad_norm is not None:
         grad_norms.append(engine.grad_norm)
@@ -158,6 +166,7 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
         "kl": stats.get("kl"),
         "entropy": entropy.get("entropy"), "approx_kl": stats.get("approx_kl"),
         "ratio_mean": stats.get("ratio_mean"),
+        "ratio_std": _spread(stats.get("ratio_mean"), stats.get("ratio_sq_mean")),
         "clip_ratio/low_mean": low, "clip_ratio/high_mean": high,
         "clip_ratio/region_mean": None if low is None or high is None else low + high,
         "clip_ratio/dual": stats.get("dual_clip_frac"),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 from types import SimpleNamespace
 
 import pytest
 
 from hargo_hpc.algorithms import ESTIMATORS, PRESETS, HargoParams, resolve_algorithm
+from hargo_hpc.algorithms.presets import HARGO_PRESETS, hargo_overrides
 from hargo_hpc.config import ALGORITHM_NAMES, AlgorithmSection, ConfigError, validate_config
 
 
@@ -33,6 +35,13 @@ def test_every_config_name_has_a_preset() -> None:
         ("dpo", {"loss": "dpo", "estimator": None}),
         ("sft", {"loss": "sft", "estimator": None}),
         ("hargo", {"estimator": "grpo", "kl_coef": 0.04, "hargo": HargoParams()}),
+        ("hargo_std_batch", {"estimator": "grpo", "kl_coef": 0.04, "hargo": HargoParams(
+            discrimination_stat="std_batch", confidence_stat="token_mean",
+            confidence_scale=1.0)}),
+        ("hargo_no_discrimination", {"kl_coef": 0.04,
+                                     "hargo": HargoParams(discrimination=False)}),
+        ("hargo_no_confidence", {"kl_coef": 0.04, "hargo": HargoParams(confidence=False)}),
+        ("hargo_label_control", {"kl_coef": 0.04, "hargo": HargoParams(label_control=True)}),
     ],
 )
 def test_preset_values(name: str, expected: dict[str, object]) -> None:
@@ -110,3 +119,72 @@ def test_hargo_estimators_must_agree() -> None:
         AlgorithmSection(name="hargo", estimator="rloo", hargo={"estimator": "rloo"})
     )
     assert both.estimator == "rloo" and both.hargo.estimator == "rloo"
+
+
+def test_hargo_defaults_and_presets() -> None:
+    # the new default statistics; the first reading is the hargo_std_batch preset
+    default = HargoParams()
+    assert (default.discrimination_stat, default.confidence_stat) == ("balance",
+                                                                      "uncertain_mean")
+    assert not default.label_control and not default.confidence_standardise
+    assert default.confidence_scale == 0.5 and default.discrimination_power == 0.5
+    assert HARGO_PRESETS == ("hargo", "hargo_std_batch", "hargo_no_discrimination",
+                             "hargo_no_confidence", "hargo_label_control")
+    for name in HARGO_PRESETS:  # every HARGO preset is GRPO plus weights
+        resolved = resolve_algorithm(AlgorithmSection(name=name))
+        assert resolved.needs_reference and resolved.loss == "ppo"
+        assert resolved.agg == "seq-mean-token-mean" and resolved.hargo is not None
+
+
+def test_hargo_overrides_on_an_ablation_preset() -> None:
+    resolved = resolve_algorithm(AlgorithmSection(
+        name="hargo_std_batch", hargo={"discrimination_power": 1, "contrast_momentum": 0.5}))
+    assert resolved.hargo == HargoParams(discrimination_stat="std_batch",
+                                         confidence_stat="token_mean", confidence_scale=1.0,
+                                         discrimination_power=1.0, contrast_momentum=0.5)
+    # a key the file writes overrides the preset, even at the default value
+    on = resolve_algorithm(AlgorithmSection(name="hargo_no_confidence",
+                                            hargo={"confidence": True}))
+    assert on.hargo == HargoParams()
+    # a non-default value overrides even what the preset set
+    other = resolve_algorithm(AlgorithmSection(name="hargo_std_batch",
+                                               hargo={"confidence_stat": "min"}))
+    assert other.hargo is not None
+    assert (other.hargo.discrimination_stat, other.hargo.confidence_stat) == ("std_batch",
+                                                                              "min")
+    assert hargo_overrides(None) == {}
+    assert hargo_overrides({"max_weight": 9.0, "eps": 1e-3}) == {"max_weight": 9.0, "eps": 1e-3}
+
+
+def test_hargo_keys_are_checked_on_every_hargo_preset() -> None:
+    for name in HARGO_PRESETS:
+        with pytest.raises(ValueError, match=r"^algorithm.hargo: unknown key 'beta' \(valid: "):
+            resolve_algorithm(SimpleNamespace(name=name, hargo={"beta": 1}))
+        with pytest.raises(ValueError, match=r"^algorithm.hargo: discrimination_stat: bad value "
+                                             r"'sigma'"):
+            resolve_algorithm(SimpleNamespace(name=name, hargo={"discrimination_stat": "sigma"}))
+        with pytest.raises(ValueError, match=r"algorithm\.estimator 'rloo' and algorithm\.hargo"):
+            resolve_algorithm(AlgorithmSection(name=name, estimator="rloo"))
+    # the typed config refuses them too, in one line naming the key
+    with pytest.raises(ConfigError, match=r"algorithm.hargo.confidence_stat: bad value 'avg'"):
+        validate_config({"algorithm": {"name": "hargo_no_confidence",
+                                       "hargo": {"confidence_stat": "avg"}}})
+    with pytest.raises(ConfigError,
+                       match=r"^<config>: unknown key 'algorithm.hargo.labels' \(allowed"):
+        validate_config({"algorithm": {"name": "hargo_label_control",
+                                       "hargo": {"labels": ["a"]}}})
+
+
+@pytest.mark.parametrize("name", ["hargo_std_batch", "hargo_no_confidence", "hargo_label_control"])
+def test_a_saved_config_resolves_to_the_same_hargo_params(name: str) -> None:
+    # the resolved config written next to a run lists the algorithm.hargo keys the file set;
+    # read back, it gives the same method (the preset's params, plus the run's override)
+    cfg = validate_config({"algorithm": {"name": name, "hargo": {"max_weight": 4}}})
+    assert cfg.to_dict()["algorithm"]["hargo"] == {"max_weight": 4.0}
+    again = validate_config(tomllib.loads(cfg.to_toml()))
+    assert again.algorithm.hargo.model_fields_set == {"max_weight"}
+    first, second = resolve_algorithm(cfg.algorithm), resolve_algorithm(again.algorithm)
+    assert first.hargo == second.hargo
+    assert first.hargo is not None and first.hargo.max_weight == 4.0
+    preset = PRESETS[name].hargo
+    assert preset is not None and first.hargo == preset.model_copy(update={"max_weight": 4.0})

@@ -168,8 +168,8 @@ def test_unscored_completions_are_dropped_from_the_loss(tmp_path: Path,
     real = rewards.RewardRouter
 
     class Unscoring(real):  # the real router; completions 0 and 5 come back unscored
-        def score(self, step, examples, completions, **kwargs):  # type: ignore[override]
-            batch = super().score(step, examples, completions, **kwargs)
+        def collect(self, pending):  # type: ignore[override]
+            batch = super().collect(pending)
             for i in (0, 5):
                 batch.scored[i], batch.rewards[i] = False, 0.0
             return batch
@@ -373,7 +373,7 @@ def test_a_signal_stops_in_process_and_resume_restores_hargos_running_contrast(
         tmp_path: Path) -> None:
     """HARGO with contrast_momentum 0.5 keeps σ̄ across steps: a run stopped by SIGUSR1 after
     step 2 and resumed logs what an uninterrupted run logs, σ̄ included."""
-    algorithm = {"name": "hargo", "hargo": {"contrast_momentum": 0.5}}
+    algorithm = {"name": "hargo_std_batch", "hargo": {"contrast_momentum": 0.5}}
     _, whole = run(make_config(tmp_path, "whole", algorithm=algorithm, training={"steps": 4}))
     cfg = make_config(tmp_path, "cut", algorithm=algorithm, training={"steps": 4})
 
@@ -436,3 +436,56 @@ def test_tensorboard_gets_every_number_when_installed(tmp_path: Path,
     assert scalars == [("reward", 0.5, 3)]
     assert m.read_records(tmp_path / "metrics.jsonl") == [
         {"step": 3, "reward": 0.5, "kl": None, "nan": None, "flag": True}]
+
+
+# ---------------------------------------------------------------- rollout.max_staleness 1
+
+
+def test_staleness_one_updates_on_the_sampling_policys_log_probs(tmp_path: Path) -> None:
+    """With max_staleness 1 step t+1 is sampled before step t's update: from step 2 on the
+    batch is one optimizer step stale, so the first pass's ratio leaves 1, while the
+    synchronous run's stays exactly 1 (num_iterations 1, one optimizer step per batch)."""
+    _, stale = run(make_config(tmp_path, "stale", rollout={"max_staleness": 1},
+                               training={"steps": 3}))
+    _, sync = run(make_config(tmp_path, "sync", training={"steps": 3}))
+    assert [r["rollout/staleness"] for r in stale] == [0, 1, 1]
+    assert [r["rollout/staleness"] for r in sync] == [0, 0, 0]
+    assert all(r["ratio_mean"] == 1.0 and r["ratio_std"] == 0.0 for r in sync)
+    assert stale[0]["ratio_std"] == pytest.approx(0.0, abs=1e-6)
+    assert all(r["ratio_std"] > 1e-4 and r["approx_kl"] > 0 for r in stale[1:])
+    # the same prompts in the same order: only when the completions were sampled differs
+    for step in (1, 2, 3):
+        a, b = (m.read_records(tmp_path / name / "rollouts" / f"step_{step:06d}.jsonl")
+                for name in ("stale", "sync"))
+        assert [r["id"] for r in a] == [r["id"] for r in b]
+
+
+def test_staleness_one_resumes_exactly_with_the_step_in_flight(tmp_path: Path) -> None:
+    """Stopped by SIGUSR1 after step 2, the run has step 3 generated and in flight: the
+    checkpoint holds it, and the resumed run logs what an uninterrupted one logs."""
+    def cfg(name: str) -> ExperimentConfig:
+        return make_config(tmp_path, name, rollout={"max_staleness": 1},
+                           algorithm={"name": "hargo_label_control"},
+                           training={"steps": 4})
+
+    _, whole = run(cfg("whole"))
+
+    def stop_after_two(record: dict[str, Any]) -> None:
+        if record["step"] == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    stopped, first = run(cfg("cut"), on_step=stop_after_two)
+    assert stopped.interrupted and stopped.step == 2 and stopped.checkpoint is not None
+    assert [r["step"] for r in first] == [1, 2]
+    saved = torch.load(stopped.checkpoint / "loop_rank0.pt", weights_only=True)
+    assert saved["step"] == 3 and saved["policy_version"] == 1  # sampled before update 2
+    state = json.loads((stopped.checkpoint / "hargo_state.json").read_text())["client_state"]
+    assert state["sampler"]["draws"] == 6  # steps 1-3 drawn: 3 x 2 prompts
+    resumed, records = run(cfg("cut"), resume=True)
+    assert not resumed.interrupted and resumed.step == 4
+    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+    for step in (3, 4):
+        a, b = (m.read_records(tmp_path / name / "rollouts" / f"step_{step:06d}.jsonl")
+                for name in ("whole", "cut"))
+        assert a == b
+    assert exported(resumed).keys() == exported(run(cfg("whole"), resume=True)[0]).keys()
