@@ -78,7 +78,9 @@ def similarity_scores(
     nothing; the model would embed '' to an arbitrary vector). Negative cosines, rare and
     meaning 'unrelated', are clamped to 0 so every text reward lies in [0, 1]; a non-finite
     value scores 0. Each distinct text is embedded once per call, in batches (a rollout's G
-    completions share one reference). Never raises on the text.
+    completions share one reference). The last call's scores are kept: the same call again (a
+    step's metrics after its reward) returns them without embedding anything. Never raises on
+    the text.
     """
     if len(answers) != len(references):
         raise ValueError(f"{len(answers)} answers but {len(references)} references")
@@ -87,7 +89,19 @@ def similarity_scores(
     texts = list(dict.fromkeys(t for t in (*left, *right) if t))
     if not texts:
         return [0.0] * len(left)
-    encoder = load_model(str(model_path(model)))
+    path = str(model_path(model))
+    key = (path, tuple(left), tuple(right))
+    if _last_call and _last_call[0] == key:  # a step's metrics score what its reward scored
+        return list(_last_call[1])
+    scores = _scores(load_model(path), left, right, texts)
+    _last_call[:] = [key, scores]
+    return list(scores)
+
+
+_last_call: list[Any] = []  # [(model, answers, references), scores] of the last call
+
+
+def _scores(encoder: Any, left: list[str], right: list[str], texts: list[str]) -> list[float]:
     vectors = encoder.encode(texts, batch_size=BATCH_SIZE, convert_to_numpy=True,
                              normalize_embeddings=True, show_progress_bar=False)
     row = {text: vectors[i] for i, text in enumerate(texts)}

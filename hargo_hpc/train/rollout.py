@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from hargo_hpc.train.logprobs import token_logprobs
+from hargo_hpc.train.logprobs import position_ids_from_mask, token_logprobs
 
 GatherFactory = Callable[[], AbstractContextManager[Any]]
 
@@ -267,7 +267,8 @@ class HFGenerateBackend:
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
         with self._gathered(), _seeded(params.seed, device), _eval_mode(self.model):
-            raw = self._sample(prompt_ids, prompt_mask, params)
+            raw = self._sample(prompt_ids, prompt_mask, params,
+                               self._shared_prefill(prompt_ids, prompt_mask, G))
         completion_ids, completion_mask, truncated, texts = finish_completions(
             raw[:, prompt_ids.shape[1]:], self.eos_ids, self.pad_id, params.stop, self._decode)
         group_index = torch.arange(len(prompts), device=device).repeat_interleave(G)
@@ -299,7 +300,26 @@ class HFGenerateBackend:
             mask[i, width - len(row):] = 1
         return ids.to(device), mask.to(device)
 
-    def _sample(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams) -> Tensor:
+    def _shared_prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, G: int) -> Any:
+        """The KV cache of every prompt but its last token, computed once per prompt and
+        repeated for its G rows (`generate` then runs only the last prompt token and the
+        completion): a prompt's G completions share one prefill instead of G. None (generate
+        prefills as usual) for G = 1, a one-token prompt, or a model whose cache cannot be
+        repeated. Greedy completions are the same either way (tested)."""
+        if G == 1 or prompt_ids.shape[1] < 2:
+            return None
+        ids, mask = prompt_ids[::G, :-1], prompt_mask[::G, :-1]  # rows are repeat_interleaved
+        with torch.no_grad():
+            out = self.model(input_ids=ids, attention_mask=mask,
+                             position_ids=position_ids_from_mask(mask), use_cache=True)
+        cache = getattr(out, "cache", None)
+        if not hasattr(cache, "batch_repeat_interleave"):
+            return None
+        cache.batch_repeat_interleave(G)
+        return cache
+
+    def _sample(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams,
+                cache: Any = None) -> Tensor:
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
              "top_k": 0} if params.do_sample else {"do_sample": False})
@@ -313,7 +333,10 @@ class HFGenerateBackend:
         criteria = StoppingCriteriaList(
             [_StopStrings(params.stop, prompt_ids.shape[1], self.eos_ids, self._decode)]
             if params.stop else [])
-        extra = {} if self.synced_gpus is None else {"synced_gpus": self.synced_gpus}
+        extra: dict[str, Any] = ({} if self.synced_gpus is None
+                                 else {"synced_gpus": self.synced_gpus})
+        if cache is not None:
+            extra["cache"] = cache
         with _plain_generation_config(self.model):
             return self.model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
                                        generation_config=config, stopping_criteria=criteria,

@@ -66,3 +66,24 @@ def test_a_model_directory_setting(embedding_model: Any, tmp_path: Path) -> None
         similarity_scores(["a"], ["b"], str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="2 answers but 1 references"):
         similarity_scores(["a", "b"], ["c"])
+
+
+def test_the_same_call_again_embeds_nothing(embedding_model: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's metrics score what its reward just scored: the second identical call returns
+    the first's scores without the encoder; a different call embeds again."""
+    first = similarity_scores([PARAPHRASE, UNRELATED], [REFERENCE] * 2)
+    calls: list[int] = []
+    real = embedding_model.encode
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embedding_model, "encode", counting)
+    again = similarity_scores([PARAPHRASE, UNRELATED], [REFERENCE] * 2)
+    assert again == first and calls == []
+    again[0] = -1.0  # the caller's list is its own
+    assert similarity_scores([PARAPHRASE, UNRELATED], [REFERENCE] * 2) == first
+    other = similarity_scores([UNRELATED, PARAPHRASE], [REFERENCE] * 2)
+    assert calls == [1] and other == pytest.approx(first[::-1], abs=1e-6)

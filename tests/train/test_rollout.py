@@ -376,3 +376,43 @@ def test_bad_generate_input(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFas
     with pytest.raises(ValueError, match="old_logprobs shape"):
         gen = backend.generate(PROMPTS, 1, params(max_new_tokens=2))
         gen.with_logprobs(torch.zeros(2, 5))
+
+
+def test_the_g_completions_of_a_prompt_share_one_prefill(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompts are prefilled once each (not G times), their cache repeated for the G rows;
+    the next-token logits from that cache equal a full forward pass of every row (left padding
+    included), and seeded sampling stays reproducible."""
+    from hargo_hpc.train.logprobs import position_ids_from_mask
+
+    model, tok = tiny
+    backend = HFGenerateBackend(model, tok)
+    seen: list[tuple[int, ...]] = []
+    real_forward = model.forward
+
+    def counting(*args: object, **kwargs: object) -> object:
+        ids = kwargs.get("input_ids")
+        if isinstance(ids, torch.Tensor):
+            seen.append(tuple(ids.shape))
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    G = 3
+    gen = backend.generate(PROMPTS, G, params(do_sample=False))
+    width = gen.prompt_ids.shape[1]
+    assert seen[0] == (len(PROMPTS), width - 1)  # one prefill row per prompt
+    assert all(shape == (G * len(PROMPTS), 1) for shape in seen[1:])
+    monkeypatch.undo()
+
+    ids, mask = gen.prompt_ids, gen.prompt_mask
+    cache = backend._shared_prefill(ids, mask, G)
+    positions = position_ids_from_mask(mask)
+    with torch.no_grad():
+        step = model(input_ids=ids[:, -1:], attention_mask=mask, cache=cache,
+                     position_ids=positions[:, -1:], use_cache=True).logits[:, -1]
+        full = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    assert torch.allclose(step, full, atol=1e-5, rtol=1e-5)
+    first = backend.generate(PROMPTS, G, params(seed=3))
+    assert torch.equal(first.completion_ids,
+                       backend.generate(PROMPTS, G, params(seed=3)).completion_ids)
