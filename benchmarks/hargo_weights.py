@@ -71,7 +71,8 @@ def main() -> None:
                              confidence=False)[0],
     }
     print("HARGO weights vs GRPO on a mixed batch (reference log-probs are SYNTHETIC)")
-    print(f"contrast_ref (geometric mean of the nonzero group stds) = {sig.contrast_ref:.4f}")
+    print(f"contrast_ref = {sig.contrast_ref:.4f} (σ̄ of the std_batch statistic; 1 for the "
+          "scale-free default, which needs none)")
     head = (f"{'grp':>3} {'task':<10} {'tok':>3} {'reward':>6} {'conf':>6} {'GRPO A':>7} "
             f"{'D_g':>5} {'C_i':>5} {'mod Ã':>7} | {'w GRPO':>6} {'w HARGO':>7} "
             f"{'w·A':>7} | {'D only':>6} {'C only':>6} {'off':>4}")

@@ -15,6 +15,7 @@ from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
 from hargo_hpc.eval.commands import eval_group
 from hargo_hpc.examples.commands import init
 from hargo_hpc.handoff.commands import handoff, worker
+from hargo_hpc.report.commands import report
 from hargo_hpc.slurm.commands import render, submit
 from hargo_hpc.slurm.watch_commands import cancel, logs, status
 from hargo_hpc.sqd_report import sqd
@@ -90,6 +91,7 @@ main.add_command(handoff)
 main.add_command(init)
 main.add_command(logs)
 main.add_command(render)
+main.add_command(report)
 main.add_command(submit)
 main.add_command(sft)
 main.add_command(sqd)

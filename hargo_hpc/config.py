@@ -26,6 +26,7 @@ from hargo_hpc.algorithms.hargo_params import HargoParams
 from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
 from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.eval.settings import EvalSettings
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.sqd import SqdSettings
@@ -152,6 +153,7 @@ class ExperimentConfig(_Section):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     handoff: HandoffSettings = Field(default_factory=HandoffSettings)
     sqd: SqdSettings = Field(default_factory=SqdSettings)
+    eval: EvalSettings = Field(default_factory=EvalSettings)
     slurm: SlurmSection = Field(default_factory=SlurmSection)
     sweep: dict[str, list[Any]] = Field(
         default_factory=dict,

@@ -1,1 +1,3 @@
-"""Evaluation runs and reports. Not implemented yet: a later issue fills this package."""
+"""Evaluation: `hargo eval` of a model or run on the held-out split (`evaluate.py`), scoring
+and WinRate of prediction files (`commands.py`), the `[eval]` settings (`settings.py`). Torch
+is imported only where a model answers."""

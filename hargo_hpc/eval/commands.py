@@ -1,4 +1,5 @@
-"""`hargo eval`: score predictions of a task, compare two systems (WinRate).
+"""`hargo eval`: evaluate a model or run (evaluate.py), score predictions of a task, compare
+two systems (WinRate).
 
 A predictions file is a JSON list of records, or JSONL (one record per line), each with
 `output` (the reference) and `prediction` (the system's raw completion or answer), and
@@ -22,24 +23,84 @@ TEXT_FIELDS = ("instruction", "input")  # optional strings
 REQUIRED = ("output", "prediction")
 
 
-@click.group("eval", context_settings=CONTEXT)
+class _EvalGroup(click.Group):
+    """`hargo eval TARGET [OPTIONS]` runs the `model` subcommand: a first argument that is no
+    subcommand's name is the model or run directory to evaluate."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["model", *args]
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("hargo eval", "MODEL_OR_RUN_DIR [OPTIONS] | COMMAND [ARGS]...")
+
+
+@click.group("eval", cls=_EvalGroup, context_settings=CONTEXT)
 def eval_group() -> None:
-    """Score predictions with a task's metrics; WinRate of one system against another."""
+    """Evaluate a model or a run on the held-out split (`hargo eval MODEL_OR_RUN_DIR`, see
+    `hargo eval model --help`); score a predictions file; WinRate of one system against
+    another."""
 
 
-@eval_group.command("run", context_settings=CONTEXT)
-@click.argument("run_dir", metavar="RUN_DIR")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def run(run_dir: str, as_json: bool) -> None:
-    """Summarise the finished training run in RUN_DIR into RUN_DIR/eval/summary.json (the
-    job `hargo submit` chains after training)."""
-    from hargo_hpc.eval.summary import EvalError, format_summary, summarise
+@eval_group.command("model", context_settings=CONTEXT)
+@click.argument("target", metavar="MODEL_OR_RUN_DIR")
+@click.option("--tasks", "task_names", default="",
+              help="Comma-separated tasks (default: the run's, or the four text tasks).")
+@click.option("--split", type=click.Choice(["eval", "train", "all"]), default="eval",
+              show_default=True, help="Which examples: the held-out split, training's, all.")
+@click.option("-n", "limit", type=click.IntRange(min=1), default=None,
+              help="At most N examples per task (default: eval.max_examples, 0 = all).")
+@click.option("--baseline", default=None, metavar="MODEL_OR_RUN_DIR",
+              help="WinRate against this (default: the run's starting model; none for a "
+                   "model directory).")
+@click.option("--judge", "judge_spec", default=None,
+              help="WinRate judge: auto (the task's own score against the reference) or "
+                   "llm:MODEL_DIR (default: eval.judge, auto).")
+@click.option("--sample/--greedy", default=None,
+              help="HPC-GPT's sampling (temperature 0.2, top-p 0.95) or greedy decoding "
+                   "(default: eval.sample, greedy).")
+@click.option("-o", "--out", default=None,
+              help="Output directory (default: RUN_DIR/eval, or ./eval for a model).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Prompts per generate call (default: eval.batch_size, 8).")
+@click.option("--local-workers", type=click.IntRange(min=0), default=None,
+              help="Bench workers to start for GEMM (default: the run's handoff.local_workers; "
+                   "1 for a model directory). A submission's bench array serves its runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print metrics.json instead of the table.")
+def model(target: str, task_names: str, split: str, limit: int | None, baseline: str | None,
+          judge_spec: str | None, sample: bool | None, out: str | None,
+          batch_size: int | None, local_workers: int | None, as_json: bool) -> None:
+    """Answer the held-out prompts of each task with MODEL_OR_RUN_DIR (a run directory: its
+    export, on its tasks and split; a model directory or tiny / smollm2: the text tasks on the
+    shipped samples), score them with the tasks' metrics (GEMM through the bench), and WinRate
+    against the baseline. Writes OUT/metrics.json (read by `hargo report`),
+    OUT/predictions/<task>.jsonl (the format `hargo eval score` reads) and OUT/table.md."""
+    from hargo_hpc.eval.evaluate import (
+        EvalError,
+        baseline_target,
+        evaluate,
+        format_table,
+        resolve_target,
+    )
 
+    names = [t.strip() for t in task_names.split(",") if t.strip()]
     try:
-        summary = summarise(run_dir)
+        evaluated = resolve_target(target, out=out, tasks=names or None)
+        base = None if baseline is None else baseline_target(baseline, evaluated)
+        settings = evaluated.config.eval
+        metrics = evaluate(
+            evaluated, split=split, limit=limit or settings.max_examples or None,
+            baseline=base, judge=judge_spec or settings.judge,
+            sample=settings.sample if sample is None else sample,
+            batch_size=batch_size or settings.batch_size, local_workers=local_workers,
+            log=lambda line: click.echo(line, err=True))
     except EvalError as err:
         raise UsageFailure(str(err)) from None
-    click.echo(json.dumps(summary) if as_json else format_summary(summary))
+    click.echo(json.dumps(metrics) if as_json else format_table(metrics), nl=as_json)
+    if not as_json:
+        click.echo(f"wrote {evaluated.out}/metrics.json, table.md, predictions/")
 
 
 @eval_group.command("score", context_settings=CONTEXT)

@@ -14,8 +14,13 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); `after` the
             first training task started, so workers do not sit idle (and time out) while the
             GPU jobs wait in the queue
-    stop    afterany:train, writes the handoff's stop sentinel (the workers exit)
-    eval    afterok:train, `hargo eval run` array, one task per run
+    eval    afterok:train, `hargo eval <run dir>` array, one task per run: the export on the
+            held-out split, WinRate against the run's starting model, GEMM through the same
+            workers (eval/metrics.json)
+    report  afterok:eval, `hargo report <every run> -o <root>/report`: the method table,
+            plots and HTML page of the submission, on [slurm.bench]'s partition, one CPU
+    stop    afterany:train and afterany:eval, writes the handoff's stop sentinel (the workers
+            exit); an evaluation cancelled for a failed training counts as ended
 
 Every job's command is built here, once (`PlannedJob.commands`, one argv per array task): the
 batch templates select theirs by `SLURM_ARRAY_TASK_ID`, the local executor runs it as is.
@@ -48,6 +53,7 @@ from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
 from hargo_hpc.slurm.options import minutes
 from hargo_hpc.slurm.render import render_script
 
+REPORT = "report"  # the submission's report directory, under its root
 STEP_SPAN = 1_000_000  # handoff steps per run of a submission (run i: i*SPAN + step)
 MAX_REQUEUES = 3  # a training task requeues itself at most this often after a stop
 SCRIPTS, LOGS, HANDOFF = "scripts", "logs", "handoff"
@@ -177,13 +183,20 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                   "--threads", "1"]
         jobs.append(PlannedJob("bench", "bench_worker.sh.j2", slurm.bench,
                                [worker] * config.handoff.workers, after=[("after", "train")]))
+    jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,
+                           [[*hargo, "eval", str(r.dir)] for r in runs],
+                           after=[("afterok", "train")]))
+    jobs.append(PlannedJob("report", "report.sh.j2", slurm.eval.model_copy(update={
+        "partition": slurm.bench.partition, "gpus_per_node": 0, "cpus_per_task": 1,
+        "array_parallelism": 0, "time": "00:10:00"}),
+        [[*hargo, "report", *(str(r.dir) for r in runs), "-o", str(root / REPORT)]],
+        after=[("afterok", "eval")]))
+    if handoff_dir is not None:  # after training and its evaluation (GEMM's bench too)
         jobs.append(PlannedJob("stop", "stop.sh.j2", slurm.bench.model_copy(update={
             "array_parallelism": 0, "time": "00:05:00", "cpus_per_task": 1}),
-            [[*hargo, "handoff", "stop", str(handoff_dir), "--reason", "training ended"]],
-            after=[("afterany", "train")]))
-    jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,
-                           [[*hargo, "eval", "run", str(r.dir)] for r in runs],
-                           after=[("afterok", "train")]))
+            [[*hargo, "handoff", "stop", str(handoff_dir), "--reason",
+              "training and evaluation ended"]],
+            after=[("afterany", "train"), ("afterany", "eval")]))
     return Plan(config, root, runs, jobs, handoff_dir, py)
 
 
@@ -417,8 +430,8 @@ def max_array_size() -> int:
 
 def run_local(plan: Plan, *, log: Callable[[str], object] = print) -> Manifest:
     """Run the jobs as local processes through submitit's local executor: the workers, the
-    training runs, then (training done) the stop sentinel and the evaluations; the manifest
-    holds submitit's job ids. SubmitError naming the first job that failed and its log."""
+    training runs, then (training done) the evaluations, the report and the stop sentinel; the
+    manifest holds submitit's job ids. SubmitError naming the first job that failed and its log."""
     import submitit
     from submitit.helpers import CommandFunction
 
@@ -456,12 +469,17 @@ def run_local(plan: Plan, *, log: Callable[[str], object] = print) -> Manifest:
             _wait(plan.job("train"), training, log)
         except SubmitError as err:  # afterany: the workers are stopped all the same
             failed = err
-        if plan.handoff_dir is not None:
+        if failed is None:  # afterok: no evaluation of a failed training, no report of it
+            try:
+                _wait(plan.job("eval"), start(plan.job("eval")), log)
+                _wait(plan.job("report"), start(plan.job("report")), log)
+            except SubmitError as err:
+                failed = err
+        if plan.handoff_dir is not None:  # afterany: the workers are stopped all the same
             _wait(plan.job("stop"), start(plan.job("stop")), log)
             _wait(plan.job("bench"), started["bench"], log)
-        if failed is not None:  # afterok: no evaluation of a failed training
+        if failed is not None:
             raise failed
-        _wait(plan.job("eval"), start(plan.job("eval")), log)
     finally:
         for handles in started.values():
             for handle in handles:

@@ -265,6 +265,7 @@ class Gemm(Task):
             "gflops_mean": sum(gflops) / len(gflops) if gflops else None,
             "gflops_max": max(gflops) if gflops else None,
             "ratio_mean": sum(ratios) / len(ratios) if ratios else None,
+            "ratio_max": max(ratios) if ratios else None,
             "reward_mean": sum(rewards) / len(rewards) if rewards else None,
             "suspicious": suspicious,
             "statuses": statuses,

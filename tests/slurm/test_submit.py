@@ -59,13 +59,16 @@ def wait_until(condition: Any, timeout: float, what: str) -> Any:
 
 def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) -> None:
     plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP))
-    assert [j.name for j in plan.jobs] == ["train", "bench", "stop", "eval"]
-    assert [(j.name, j.tasks) for j in plan.jobs] == [("train", 2), ("bench", 1), ("stop", 1),
-                                                     ("eval", 2)]
-    assert plan.job("bench").after == [("after", "train")]
-    assert plan.job("stop").after == [("afterany", "train")]
-    assert plan.job("eval").after == [("afterok", "train")]
     root = tmp_path / "tiny"
+    assert [j.name for j in plan.jobs] == ["train", "bench", "eval", "report", "stop"]
+    assert [(j.name, j.tasks) for j in plan.jobs] == [("train", 2), ("bench", 1), ("eval", 2),
+                                                     ("report", 1), ("stop", 1)]
+    assert plan.job("report").after == [("afterok", "eval")]
+    assert plan.job("report").commands[0][-5:] == [
+        "report", str(root / "name-grpo"), str(root / "name-hargo"), "-o", str(root / "report")]
+    assert plan.job("bench").after == [("after", "train")]
+    assert plan.job("stop").after == [("afterany", "train"), ("afterany", "eval")]
+    assert plan.job("eval").after == [("afterok", "train")]
     assert plan.root == root and plan.handoff_dir == root / "handoff"
     assert [(r.label, r.dir, r.config.algorithm.name) for r in plan.runs] == [
         ("name-grpo", root / "name-grpo", "grpo"), ("name-hargo", root / "name-hargo", "hargo")]
@@ -75,12 +78,12 @@ def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) 
     assert all(r.config.handoff.local_workers == 0 and not r.config.sweep for r in plan.runs)
     assert plan.job("train").commands[1] == [PY, "-m", "hargo_hpc", "train",
                                              str(root / "name-hargo" / "config.toml")]
-    assert plan.job("eval").commands[0][-3:] == ["eval", "run", str(root / "name-grpo")]
+    assert plan.job("eval").commands[0][-2:] == ["eval", str(root / "name-grpo")]
 
 
 def test_without_a_sweep_or_a_bench_task_the_run_is_the_submission(tmp_path: Path) -> None:
     plan = sub.plan_submission(tiny(tmp_path))
-    assert [j.name for j in plan.jobs] == ["train", "eval"]  # no workers, nothing to stop
+    assert [j.name for j in plan.jobs] == ["train", "eval", "report"]  # no workers to stop
     assert [r.dir for r in plan.runs] == [tmp_path / "tiny"]  # where `hargo train` writes
 
 
@@ -102,11 +105,13 @@ def test_dry_run_prints_every_script_and_the_graph_and_submits_nothing(tmp_path:
     done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP, "--dry-run")
     assert done.exit_code == 0, done.stderr
     out = done.stdout
-    for name in ("train", "bench", "stop", "eval"):
+    for name in ("train", "bench", "eval", "report", "stop"):
         assert f"# ---- {name}.sh\n#!/bin/bash\n" in out
     graph = out.split("# ---- dependency graph\n")[1].splitlines()
-    assert [line.split()[0] for line in graph] == ["train", "bench", "stop", "eval"]
-    assert "after after:train" in graph[1] and "after afterok:train" in graph[3]
+    assert [line.split()[0] for line in graph] == ["train", "bench", "eval", "report", "stop"]
+    assert "after after:train" in graph[1] and "after afterok:train" in graph[2]
+    assert "after afterok:eval" in graph[3]
+    assert "after afterany:train, afterany:eval" in graph[4]
     assert "#SBATCH --requeue" in out and "#SBATCH --signal=USR1@60" in out
     assert list(tmp_path.iterdir()) == []
 
@@ -117,7 +122,7 @@ def test_render_writes_standalone_scripts_and_their_configs(tmp_path: Path) -> N
                   "-o", str(out))
     assert done.exit_code == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["bench.sh", "configs", "eval.sh",
-                                                    "stop.sh", "train.sh"]
+                                                    "report.sh", "stop.sh", "train.sh"]
     configs = sorted((out / "configs").iterdir())
     assert [p.name for p in configs] == ["name-grpo.toml", "name-hargo.toml"]
     assert load_config(configs[1]).algorithm.name == "hargo"
@@ -190,26 +195,32 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
     assert done.exit_code == 0, done.stderr + "\n" + "".join(
         p.read_text()[-2000:] for p in (root / "logs").glob("*.out"))
     manifest = load_manifest(root)
-    assert [j.name for j in manifest.jobs] == ["train", "bench", "stop", "eval"]
+    assert [j.name for j in manifest.jobs] == ["train", "bench", "eval", "report", "stop"]
     assert manifest.job("bench").dependency == f"after:{manifest.job('train').job_id}_0"
     progress = done.stderr.splitlines()  # --wait: a line whenever states or steps change
     assert any("train 2 RUNNING" in line for line in progress), progress
     assert "train 2 COMPLETED" in progress[-1] and "name-hargo step 2/2" in progress[-1]
     assert progress[-1].endswith("0 pending benchmarks")
-    summary_line(f"hargo submit: 2-run sweep + GEMM worker array + stop + eval on the local "
-                 f"cluster: {time.monotonic() - started:.0f} s")
+    summary_line(f"hargo submit: 2-run sweep + GEMM worker array + eval + report + stop on the "
+                 f"local cluster: {time.monotonic() - started:.0f} s")
 
     states = job_states(manifest.job_ids())
     tasks = {k: v for k, v in states.items() if "_" in k and "[" not in k}
-    assert len(tasks) == 2 + 1 + 1 + 2 and set(tasks.values()) == {"COMPLETED"}, states
+    assert len(tasks) == 2 + 1 + 2 + 1 + 1 and set(tasks.values()) == {"COMPLETED"}, states
+    report = root / "report"
+    table = (report / "report.md").read_text()
+    assert "grpo" in table and "hargo" in table  # one row per run
+    assert (report / "report.html").is_file() and list(report.glob("*.png"))
     for run in manifest.runs:
         run_dir = Path(run.dir)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()
                    .splitlines()]
         assert [r["step"] for r in records] == [1, 2]
         assert (run_dir / "finished.json").is_file() and (run_dir / "export").is_dir()
-        summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-        assert summary["steps"] == 2
+        evaluated = json.loads((run_dir / "eval" / "metrics.json").read_text())
+        assert evaluated["model"] == str(run_dir / "export") and evaluated["split"] == "eval"
+        assert evaluated["tasks"]["gemm"]["n"] >= 1  # benchmarked by the same worker array
+        assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["n"]
     # the GEMM completions went out through the shared handoff and came back from the bench
     steps = sorted(p.name for p in (root / "handoff" / "steps").iterdir())
     assert any(s.startswith("step-0000") for s in steps)
@@ -300,7 +311,8 @@ def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> N
     assert [line.split(":")[0] for line in done.stderr.splitlines()
             if line.startswith(("started", "train", "stop", "bench", "eval"))][:2] == [
         "started bench", "started train"]
-    assert json.loads((root / "eval" / "summary.json").read_text())["steps"] == 2
+    evaluated = json.loads((root / "eval" / "metrics.json").read_text())
+    assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["n"] >= 1
     assert (root / "handoff" / "STOP").is_file()
     results = list((root / "handoff" / "steps").glob("*/results/*.json"))
     assert results  # the GEMM completions were benchmarked by the local worker
@@ -428,7 +440,7 @@ def test_the_sft_warm_start_is_its_own_job_and_training_starts_from_its_export(
     assert done.exit_code == 0, done.stderr
     root = tmp_path / "tiny"
     manifest = load_manifest(root)
-    assert [j.name for j in manifest.jobs] == ["sft", "train", "eval"]
+    assert [j.name for j in manifest.jobs] == ["sft", "train", "eval", "report"]
     assert manifest.job("train").dependency == f"afterok:{manifest.job('sft').job_id}"
     trained = load_config(root / "config.toml")  # what the training task ran
     assert trained.model.path == str(root / "sft" / "export")

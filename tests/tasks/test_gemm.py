@@ -215,6 +215,7 @@ def test_metrics_over_bench_records() -> None:
     assert m["gflops_mean"] == pytest.approx(20.0)  # (10 + 30) / 2
     assert m["gflops_max"] == 30.0
     assert m["ratio_mean"] == pytest.approx(0.65)  # (0.5 + 0.8) / 2
+    assert m["ratio_max"] == 0.8
     assert m["reward_mean"] == pytest.approx(30.0)  # (50 + 80 - 40) / 3
     assert m["suspicious"] == 0
     assert m["statuses"] == {**dict.fromkeys(STATUSES, 0), "ok": 2, "compile_error": 1,

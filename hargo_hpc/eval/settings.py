@@ -1,0 +1,23 @@
+"""Settings of the evaluation: the `[eval]` section of an experiment file.
+
+Owned by `hargo_hpc.eval`; `hargo_hpc.config` composes it. Pure pydantic, no torch. The
+options of `hargo eval` override them for one call.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EvalSettings(BaseModel):
+    """How `hargo eval` (and a submission's eval job) evaluates a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_examples: int = Field(
+        0, ge=0, description="at most this many held-out examples per task (0 = all of them)")
+    sample: bool = Field(
+        False, description="HPC-GPT's sampling (temperature 0.2, top-p 0.95) instead of greedy")
+    judge: str = Field("auto", min_length=1,
+                       description="WinRate judge: auto (the task's own score) or llm:MODEL_DIR")
+    batch_size: int = Field(8, ge=1, description="prompts per generate call")

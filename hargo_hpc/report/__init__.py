@@ -1,0 +1,6 @@
+"""`hargo report RUN_DIR...`: the method table of the project and its plots (docs/report.md).
+
+`table` reads run directories into rows (pure: JSON and TOML only), `plots` draws the PNGs
+(matplotlib, imported only when plotting), `page` puts both into one self-contained HTML file,
+`commands` is the click command. Nothing here imports torch: it runs on a login node.
+"""
