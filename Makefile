@@ -86,7 +86,8 @@ local: venv  ## run one experiment (JOB=jobs/x.toml) with the local executor: th
 bench-calibrate: venv  ## measure this machine's DGEMM roof and the reference kernels
 	$(VENV)/bin/hargo bench calibrate
 
-benchmarks: install  ## run every script in benchmarks/ (prints ratios against peers)
+benchmarks: install  ## run every script in benchmarks/ (prints ratios against peers; installs the bench extra, TRL)
+	$(PY) -m pip install -q -e '.[bench]'
 	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
 
 clean:  ## remove runs/ and caches (not the venv, not the cluster state)

@@ -26,6 +26,7 @@ Run: .venv/bin/python benchmarks/trainer_vs_trl.py [--model tiny|smollm2|both] [
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
@@ -290,6 +291,9 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(result))
         return
 
+    if importlib.util.find_spec("trl") is None:
+        raise SystemExit("error: TRL, the peer of this benchmark, is not installed: "
+                         ".venv/bin/pip install -e '.[bench]' (trl==1.16.0)")
     sizes = ("tiny", "smollm2") if args.model == "both" else (args.model,)
     print(f"{PROMPTS} prompts x G={G}, {NEW_TOKENS} new tokens, GRPO beta={BETA}, "
           f"{args.threads} threads, {args.rounds} interleaved runs per trainer and size")

@@ -8,9 +8,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from hargo_hpc.config import ExperimentConfig
-from hargo_hpc.slurm.render import render_script
-
 # Terminal states: the job's processes are gone (REVOKED: a federation sibling ran it).
 FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
                       "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED"})
@@ -31,29 +28,6 @@ def _run(argv: list[str]) -> str:
     if done.returncode != 0:
         raise SlurmError(f"{shlex.join(argv)} failed: {done.stderr.strip()}")
     return done.stdout
-
-
-def bench_worker_script(
-    config: ExperimentConfig,
-    handoff_dir: str | os.PathLike[str],
-    config_file: str | os.PathLike[str],
-    *,
-    log_dir: str | os.PathLike[str],
-    python: str | None = None,
-) -> str:
-    """The batch script of the bench worker array (`[slurm.bench]`, `handoff.workers` tasks)."""
-    worker = [python or config.slurm.python, "-m", "hargo_hpc", "worker", "--handoff",
-              str(handoff_dir), "--config", str(config_file), "--max-idle",
-              f"{config.handoff.worker_max_idle_s:g}", "--threads", "1"]
-    return render_script(
-        "bench_worker.sh.j2",
-        job_name=f"{config.run.name}-bench",
-        resources=config.slurm.bench,
-        log_dir=log_dir,
-        array=f"0-{config.handoff.workers - 1}",
-        setup=config.slurm.setup,
-        commands=[shlex.join(worker)] * config.handoff.workers,
-    )
 
 
 def sbatch(script: str | os.PathLike[str]) -> str:
