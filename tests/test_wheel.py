@@ -123,8 +123,8 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     gemm = next(path for path in written if path.endswith("gemm_sqd.toml"))
     run([hargo, "render", gemm, "-o", "scripts"], outside, env)
     scripts = outside / "scripts"
-    assert sorted(p.name for p in scripts.glob("*.sh")) == ["bench.sh", "eval.sh", "stop.sh",
-                                                           "train.sh"]
+    assert sorted(p.name for p in scripts.glob("*.sh")) == ["bench.sh", "eval.sh", "report.sh",
+                                                           "stop.sh", "train.sh"]
     bench = (scripts / "bench.sh").read_text()
     assert bench.startswith("#!/bin/bash\n#SBATCH --job-name=gemm-sqd-bench\n")
     assert "#SBATCH --signal=B:USR1@60\n" in bench and 'exec "${CMD[@]}"' in bench

@@ -166,7 +166,8 @@ def test_missing_template_names_where_it_looked(monkeypatch: pytest.MonkeyPatch)
         render_script("nope.sh.j2", job_name="x", resources=JobResources())
     assert str(err.value) == ("no sbatch template 'nope.sh.j2' in the package's templates "
                               "(hargo_hpc.slurm/templates) (templates there: base.sh.j2, "
-                              "bench_worker.sh.j2, eval.sh.j2, sft.sh.j2, stop.sh.j2, train.sh.j2)")
+                              "bench_worker.sh.j2, eval.sh.j2, report.sh.j2, sft.sh.j2, "
+                              "stop.sh.j2, train.sh.j2)")
 
 
 def test_site_template_dir_overrides_the_package(monkeypatch: pytest.MonkeyPatch,

@@ -210,7 +210,9 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
     report = root / "report"
     table = (report / "report.md").read_text()
     assert "grpo" in table and "hargo" in table  # one row per run
-    assert (report / "report.html").is_file() and list(report.glob("*.png"))
+    html = (report / "report.html").read_text()
+    assert "grpo" in html and "hargo" in html and list(report.glob("*.png"))
+    assert html.count("data:image/png;base64,") == len(list(report.glob("*.png")))
     for run in manifest.runs:
         run_dir = Path(run.dir)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text()

@@ -489,3 +489,34 @@ def test_staleness_one_resumes_exactly_with_the_step_in_flight(tmp_path: Path) -
                 for name in ("whole", "cut"))
         assert a == b
     assert exported(resumed).keys() == exported(run(cfg("whole"), resume=True)[0]).keys()
+
+
+def test_staleness_one_with_gemm_submits_the_step_in_flight_again_on_resume(
+        tmp_path: Path) -> None:
+    """GEMM with a real bench worker: a stop after step 1 leaves step 2 generated and
+    submitted; the resumed run submits it again under the same request ids and reads the
+    results the handoff holds (one per request: nothing benchmarked twice)."""
+    from hargo_hpc.handoff.layout import Layout, parse_result_name
+
+    cfg = make_config(tmp_path, data={"tasks": [{"name": "gemm"}]},
+                      rollout={"max_new_tokens": 16, "max_staleness": 1},
+                      handoff={"local_workers": 1}, training={"steps": 3})
+
+    def stop_after_one(record: dict[str, Any]) -> None:
+        if record["step"] == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    stopped, _ = run(cfg, on_step=stop_after_one)
+    assert stopped.interrupted and stopped.step == 1 and stopped.checkpoint is not None
+    assert torch.load(stopped.checkpoint / "loop_rank0.pt", weights_only=True)["step"] == 2
+    resumed, records = run(cfg, resume=True)
+    assert resumed.step == 3 and [r["step"] for r in records] == [1, 2, 3]
+    assert [r["rollout/staleness"] for r in records] == [0, 1, 1]
+    layout = Layout(resumed.run_dir / "handoff")
+    stored = {parse_result_name(p.name): json.loads(p.read_text())
+              for p in layout.results(2).iterdir() if parse_result_name(p.name)}
+    rows = m.read_records(resumed.run_dir / "rollouts" / "step_000002.jsonl")
+    assert len(stored) == len(rows) == 8
+    assert sorted(r["status"] for r in rows) == sorted(
+        s["record"]["status"] for s in stored.values())
+    assert all(s["attempt"] == 1 for s in stored.values())  # each benchmarked once
