@@ -8,6 +8,8 @@ PY          := $(VENV)/bin/python
 PIP         := $(VENV)/bin/pip
 SLURM_STATE ?= /tmp/hargo-slurm
 PYTEST_ARGS ?=
+# The HPC-GPT files for `make paper-table` (empty: the project's own samples).
+HPCGPT_DIR  ?= $(if $(wildcard ../shared/data/hpc-gpt),../shared/data/hpc-gpt,)
 # Debian packages: the local Slurm cluster, the C toolchain and OpenBLAS for the bench.
 APT_PACKAGES := slurm-wlm munge slurmdbd mariadb-server gcc libc6-dev libopenblas-dev \
                 binutils util-linux procps
@@ -16,9 +18,10 @@ TORCH_SPEC  ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ec
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export DS_BUILD_OPS := 0
+comma := ,
 
 .PHONY: help apt venv install test test-fast lint cluster-up cluster-down cluster-status demo \
-        dry-run local bench-calibrate benchmarks clean
+        paper-table dry-run local bench-calibrate benchmarks clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -69,6 +72,15 @@ test-fast: venv  ## the suite without the Slurm and slow tests (no cluster neede
 demo: install cluster-up  ## the main job, end to end on the local cluster
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/demo.py
+
+paper-table: install cluster-up  ## the ten methods + HARGO's ablations at scale (hours; not in CI): jobs/paper.toml on HPCGPT_DIR
+	data=$$(for t in data_race_c data_race_fortran mlperf_qa plp_qa; do \
+	    printf '{name="%s",max_items=400%s},' $$t \
+	        "$(if $(HPCGPT_DIR),$(comma)path=\"$(abspath $(HPCGPT_DIR))\")"; done); \
+	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
+	    $(PY) -m hargo_hpc submit jobs/paper.toml "data.tasks=[$${data}{name=\"gemm\"}]" \
+	        "slurm.python=$(abspath $(PY))" --wait; \
+	cat runs/paper/report/report.md
 
 dry-run: venv  ## render every job in jobs/ (bash -n each script); fails on any template or config error
 	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \

@@ -12,7 +12,8 @@ from hargo_hpc.examples import example_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 HARGO = shutil.which("hargo") or str(Path(sys.executable).parent / "hargo")
-NAMES = ["demo.toml", "gemm_sqd.toml", "hpcgpt_mix.toml", "sweep.toml", "tiny.toml"]
+NAMES = ["demo.toml", "gemm_sqd.toml", "hpcgpt_mix.toml", "paper.toml", "sweep.toml",
+         "tiny.toml"]
 
 
 def hargo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -55,7 +56,7 @@ def test_init_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
 
     done = hargo("init", str(tmp_path / "proj"), cwd=tmp_path)  # all five exist now
     assert done.returncode == 2
-    assert done.stderr == f"error: {jobs}/demo.toml exists (and 4 more); use --force to overwrite\n"
+    assert done.stderr == f"error: {jobs}/demo.toml exists (and 5 more); use --force to overwrite\n"
 
 
 def test_init_into_a_file_is_one_line_error(tmp_path: Path) -> None:

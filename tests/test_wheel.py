@@ -115,9 +115,9 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
     done = run([hargo, "init", "proj"], outside, env)
     written = [line.removeprefix("wrote ") for line in done.stdout.splitlines()
                if line.startswith("wrote ")]
-    assert len(written) == 5
+    assert len(written) == 6
     names = run([str(python), "-c", LOAD_JOBS, *written], outside, env).stdout.split()
-    assert names == ["demo", "gemm-sqd", "hpcgpt-mix-hargo", "sweep", "tiny"]
+    assert names == ["demo", "gemm-sqd", "hpcgpt-mix-hargo", "paper", "sweep", "tiny"]
 
     # the batch templates come from the installed package, not from a source tree
     gemm = next(path for path in written if path.endswith("gemm_sqd.toml"))

@@ -6,7 +6,9 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
     sft     `hargo sft` array on [slurm.train], one task per run, when training.sft_steps > 0:
             the warm start as its own job; each run's training then starts from its export
             (model.path = <run>/sft/export, sft_steps 0: nothing is trained twice, and a
-            requeued training does not redo the SFT)
+            requeued training does not redo the SFT). Sweep points whose SFT inputs are equal
+            (they differ only in sections SFT does not read, e.g. the method) share one SFT
+            task in <root>/sft/: every method starts from the same checkpoint
     train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
             afterok:sft when there is one
     bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
@@ -32,6 +34,7 @@ commands, the chain kept by waiting) write the manifest (`run.json`).
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shlex
 import subprocess
@@ -164,6 +167,9 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                     "path": str(run_dir / "sft" / "export")}),
                 "training": run.config.training.model_copy(update={"sft_steps": 0})})
         runs.append(run)
+    if len(runs) > 1 and config.training.sft_steps and len(
+            {_sft_inputs(r.sft_config) for r in runs if r.sft_config is not None}) == 1:
+        _share_sft(runs, root, config_dir)
     py = python or config.slurm.python
     hargo = [py, "-m", "hargo_hpc"]
     slurm = config.slurm
@@ -171,7 +177,8 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
     if config.training.sft_steps:
         jobs.append(PlannedJob("sft", "sft.sh.j2", slurm.train,
                                [[*hargo, "sft", str(r.sft_config_file), "--if-needed"]
-                                for r in runs], to_steps=True))
+                                for r in runs if r.sft_config_file is not None],
+                               to_steps=True))
     jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
                            [[*hargo, "train", str(r.config_file)] for r in runs],
                            to_steps=True, requeue=True,
@@ -198,6 +205,36 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
               "training and evaluation ended"]],
             after=[("afterany", "train"), ("afterany", "eval")]))
     return Plan(config, root, runs, jobs, handoff_dir, py)
+
+
+# Sections an SFT warm start does not read: sweep points that differ only there share one SFT.
+NOT_SFT_INPUTS = ("algorithm", "handoff", "bench", "eval", "sqd", "slurm", "sweep")
+
+
+def _sft_inputs(config: ExperimentConfig) -> str:
+    """What an SFT warm start depends on, as one string: the config without its run directory
+    and the sections SFT does not read (NOT_SFT_INPUTS)."""
+    raw = config.to_dict()
+    for key in NOT_SFT_INPUTS:
+        raw.pop(key, None)
+    raw["run"] = {k: v for k, v in raw.get("run", {}).items() if k not in ("dir", "name")}
+    return json.dumps(raw, sort_keys=True)
+
+
+def _share_sft(runs: list[PlannedRun], root: Path, config_dir: Path | None) -> None:
+    """One SFT warm start for every run (their SFT inputs are equal): it runs in `<root>/sft/`
+    from the first run's SFT config, and every run's training starts from its export."""
+    first = runs[0]
+    assert first.sft_config is not None
+    shared = first.sft_config.model_copy(update={"run": first.sft_config.run.model_copy(
+        update={"dir": str(root.parent), "name": root.name})})
+    stem = root / "config" if config_dir is None else config_dir.absolute() / root.name
+    export = str(root / "sft" / "export")
+    for run in runs:
+        run.sft_config = run.sft_config_file = None
+        run.config = run.config.model_copy(update={
+            "model": run.config.model.model_copy(update={"path": export})})
+    first.sft_config, first.sft_config_file = shared, Path(f"{stem}.sft.toml")
 
 
 # ---------------------------------------------------------------- scripts

@@ -75,6 +75,7 @@ from hargo_hpc.train.logprobs import token_logprobs
 from hargo_hpc.train.rollout import Generations, HFGenerateBackend, SamplingParams
 from hargo_hpc.train.settings import check_batch_shape
 from hargo_hpc.train.sft import (
+    CORPORA,
     SftItem,
     SftSampler,
     build_sft_batch,
@@ -548,10 +549,11 @@ def _state(run: Run, step: int, config_hash: str) -> ckpt.TrainerState:
 
 
 def _check_references(data: Data) -> None:
+    """The `sft` preset needs a target for every prompt: reference answers, or a corpus."""
     for name, examples in data.train.items():
-        if not any(e.output for e in examples):
+        if not any(e.output for e in examples) and name not in CORPORA:
             raise TrainError(f"algorithm sft trains on reference answers; task {name} has "
-                             "none (its SFT corpus is for `hargo sft` / training.sft_steps)")
+                             "none and no SFT corpus")
 
 
 def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:

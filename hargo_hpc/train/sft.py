@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,19 +52,36 @@ class SftItem:
     target: str
 
 
+def _corpus(source: str) -> Callable[[Sequence[Example]], list[tuple[str, str]]]:
+    module, _, name = source.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
 def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
     """The SFT rows of one task: its examples' reference answers, or its corpus (`CORPORA`).
     ValueError when the task has neither."""
     source = CORPORA.get(task.name)
     if source is not None:
-        module, _, name = source.partition(":")
-        pairs: Callable[[Sequence[Example]], list[tuple[str, str]]] = getattr(
-            importlib.import_module(module), name)
-        return [SftItem(task.name, text, answer) for text, answer in pairs(examples)]
+        return [SftItem(task.name, text, answer) for text, answer in _corpus(source)(examples)]
     items = [SftItem(task.name, task.user_text(e), e.output) for e in examples if e.output]
     if not items:
         raise ValueError(f"task {task.name}: no example with a reference answer to train on")
     return items
+
+
+def preset_item(example: Example, user_text: str) -> SftItem:
+    """The `sft` preset's row for one prompt: its reference answer, or, for a task with a
+    corpus instead (GEMM), one of the corpus's completions for it, picked by crc32 of the
+    example's id (the same every step and run). ValueError when the task has neither."""
+    if example.output:
+        return SftItem(example.task, user_text, example.output)
+    source = CORPORA.get(example.task)
+    if source is None:
+        raise ValueError(f"example {example.id}: no reference answer, and task {example.task} "
+                         "has no SFT corpus")
+    pairs = _corpus(source)([example])
+    text, answer = pairs[zlib.crc32(example.id.encode()) % len(pairs)]
+    return SftItem(example.task, text, answer)
 
 
 class SftSampler:

@@ -37,7 +37,13 @@ from hargo_hpc.tasks.base import Example
 from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.logprobs import token_logprobs, token_logprobs_and_entropy
-from hargo_hpc.train.sft import SftBatch, SftItem, build_sft_batch, sft_update, split
+from hargo_hpc.train.sft import (
+    SftBatch,
+    build_sft_batch,
+    preset_item,
+    sft_update,
+    split,
+)
 
 
 @dataclass
@@ -222,10 +228,11 @@ def dpo_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
 
 
 def sft_preset_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
-    """The `sft` preset: supervised steps on the reference answers of the step's prompts (the
-    rollout is still sampled and rewarded, for metrics comparable with the RL methods)."""
+    """The `sft` preset: supervised steps on the reference answers of the step's prompts (a
+    GEMM prompt: one of its corpus kernels, `sft.preset_item`); the rollout is still sampled
+    and rewarded, for metrics comparable with the RL methods."""
     engine = run.engine
-    items = [SftItem(e.task, run.user_text(e), e.output) for e in batch.examples]
+    items = [preset_item(e, run.user_text(e)) for e in batch.examples]
     full = build_sft_batch(items, run.tokenizer, run.prompt_format,
                            max_target_tokens=run.max_new_tokens,
                            device=batch.input_ids.device)

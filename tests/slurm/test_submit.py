@@ -457,3 +457,26 @@ def test_the_sft_warm_start_is_its_own_job_and_training_starts_from_its_export(
     assert again.exit_code == 0, again.stderr
     log = log_path(load_manifest(root), load_manifest(root).job("sft"), 0)
     assert "SFT finished already; nothing to do" in log.read_text()
+
+
+def test_methods_swept_from_one_warm_start_share_one_sft_task(tmp_path: Path) -> None:
+    """A sweep over the method only: one SFT task in <root>/sft/, every run trains from its
+    export (the method table's runs start from the same checkpoint); a swept learning rate
+    changes the SFT, so each run then has its own."""
+    plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP, "training.sft_steps=3"))
+    root = tmp_path / "tiny"
+    sft = plan.job("sft")
+    assert sft.commands == [[PY, "-m", "hargo_hpc", "sft", str(root / "config.sft.toml"),
+                             "--if-needed"]]
+    assert {r.config.model.path for r in plan.runs} == {str(root / "sft" / "export")}
+    assert all(r.config.training.sft_steps == 0 for r in plan.runs)
+    shared = plan.runs[0].sft_config
+    assert shared is not None and shared.run_dir() == root and shared.model.path == "tiny"
+    assert shared.training.sft_steps == 3
+    sub.write_run_configs(plan)
+    assert load_config(root / "config.sft.toml").run_dir() == root
+    apart = sub.plan_submission(tiny(tmp_path / "lr", "training.sft_steps=3",
+                                     'sweep={"training.lr"=[1e-4,1e-3]}'))
+    assert apart.job("sft").tasks == 2
+    assert [r.config.model.path for r in apart.runs] == [
+        str(r.dir / "sft" / "export") for r in apart.runs]

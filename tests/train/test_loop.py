@@ -520,3 +520,19 @@ def test_staleness_one_with_gemm_submits_the_step_in_flight_again_on_resume(
     assert sorted(r["status"] for r in rows) == sorted(
         s["record"]["status"] for s in stored.values())
     assert all(s["attempt"] == 1 for s in stored.values())  # each benchmarked once
+
+
+def test_the_sft_preset_trains_on_a_mix_with_gemm(tmp_path: Path) -> None:
+    """GEMM prompts have no reference answer: the sft preset trains on their corpus kernels
+    (the rollout is still benchmarked by a real worker)."""
+    cfg = make_config(tmp_path, algorithm={"name": "sft"},
+                      data={"tasks": [{"name": "plp_qa", "max_items": 12, "weight": 1.0},
+                                      {"name": "gemm", "weight": 3.0}]},
+                      rollout={"max_new_tokens": 16}, handoff={"local_workers": 1},
+                      training={"steps": 2, "lr": 1e-3})
+    result, records = run(cfg)
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["sft/tokens"] > 0 and math.isfinite(r["sft/nll"]) for r in records)
+    drawn = {row["task"] for step in (1, 2) for row in
+             m.read_records(result.run_dir / "rollouts" / f"step_{step:06d}.jsonl")}
+    assert "gemm" in drawn

@@ -187,3 +187,24 @@ def test_hargo_sft_needs_steps(tmp_path: Path) -> None:
     assert done.exit_code == 2
     assert done.stderr == "error: training.sft_steps is 0: set it to the number of SFT steps\n"
     assert not (tmp_path / "gemm-sft").exists()
+
+
+def test_the_sft_presets_target_of_a_gemm_prompt_is_one_of_its_corpus_kernels() -> None:
+    """A prompt with a reference answer trains on it; a GEMM problem (no reference) on the
+    corpus kernel crc32(id) picks, the same every time; a task with neither is refused."""
+    import zlib
+
+    from hargo_hpc.tasks.base import Example
+    from hargo_hpc.train.sft import SftItem, preset_item
+
+    qa = Example(task="plp_qa", id="plp_qa:3", instruction="q", input="", output="an answer")
+    assert preset_item(qa, "the prompt") == SftItem("plp_qa", "the prompt", "an answer")
+    problem = Gemm.load_problems()[0]
+    item = preset_item(problem, "ignored")
+    corpus = load_corpus()
+    assert item.task == "gemm" and item.user_text == Gemm().user_text(problem)
+    assert item.target == corpus[zlib.crc32(problem.id.encode()) % len(corpus)].completion
+    assert preset_item(problem, "ignored") == item
+    with pytest.raises(ValueError, match="no reference answer, and task mlperf_qa has no SFT"):
+        preset_item(Example(task="mlperf_qa", id="m:1", instruction="q", input="", output=""),
+                    "p")
