@@ -34,6 +34,7 @@ ISOLATED = {
     "HARGO_ROOF_FILE": SESSION_TMP / "roof" / "roof.json",
     "HARGO_UID_LEASE_DIR": SESSION_TMP / "uid-leases",
     "HARGO_CPU_LOCK_DIR": SESSION_TMP / "cpu-locks",
+    "MPLCONFIGDIR": SESSION_TMP / "matplotlib",  # the report jobs' font cache, not in /tmp
 }
 for _name, _path in ISOLATED.items():
     (_path if _name != "HARGO_ROOF_FILE" else _path.parent).mkdir(parents=True, exist_ok=True)
