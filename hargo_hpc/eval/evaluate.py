@@ -36,12 +36,13 @@ from typing import Any
 
 from hargo_hpc.config import RESOLVED_NAME, ExperimentConfig, validate_config
 from hargo_hpc.files import write_atomic
+from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.tasks.base import DataError, Example, Task
 
 FORMAT = 1
 TEXT_TASKS = ("data_race_c", "data_race_fortran", "mlperf_qa", "plp_qa")
 DEFAULT_EVAL_FRACTION = 0.2
-EVAL_STEP = 999_999  # evaluation's handoff step: the last of a run's span (slurm.STEP_SPAN)
+EVAL_STEP = STEP_SPAN - 1  # evaluation's handoff step: the last of a run's span
 HPCGPT_SAMPLING = {"temperature": 0.2, "top_p": 0.95}  # the HPC-GPT paper's decoding
 Log = Callable[[str], object]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+STEP_SPAN = 1_000_000  # handoff steps per run sharing one handoff (run i: i*SPAN + step)
 
 class HandoffSettings(BaseModel):
     """Where trainer and bench workers exchange requests and results, and how patiently."""

@@ -52,12 +52,12 @@ from hargo_hpc.config import (
     save_resolved,
 )
 from hargo_hpc.files import write_atomic
+from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
 from hargo_hpc.slurm.options import minutes
 from hargo_hpc.slurm.render import render_script
 
 REPORT = "report"  # the submission's report directory, under its root
-STEP_SPAN = 1_000_000  # handoff steps per run of a submission (run i: i*SPAN + step)
 MAX_REQUEUES = 3  # a training task requeues itself at most this often after a stop
 SCRIPTS, LOGS, HANDOFF = "scripts", "logs", "handoff"
 

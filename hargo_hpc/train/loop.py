@@ -590,6 +590,11 @@ class Rollout:
     pending: Any = None  # rank 0: the RewardRouter's PendingRewards; elsewhere None
     timer: m.PhaseTimer = field(default_factory=m.PhaseTimer)
 
+    def rows(self) -> list[Example]:
+        """The example of every row: each prompt's G completions in turn."""
+        G = len(self.stages) // max(len(self.everything), 1)
+        return [e for e in self.everything for _ in range(G)]
+
     def examples(self, rank: int, world: int) -> list[Example]:
         share = len(self.everything) // world
         return self.everything[rank * share:(rank + 1) * share]
@@ -676,7 +681,7 @@ def finish_step(run: Run, rollout: Rollout) -> tuple[dict[str, Any], list[dict[s
     world, rank = distributed.world_size(), distributed.rank()
     share = len(everything) // world
     examples = rollout.examples(rank, world)
-    rows = [e for e in everything for _ in range(G)]
+    rows = rollout.rows()
     own = slice(rank * share * G, (rank + 1) * share * G)
     mask = gen.completion_mask.bool()  # this rank's rows
     lengths = _all_rows(gen.completion_lengths)
@@ -830,8 +835,7 @@ def _submit(run: Run, rollout: Rollout) -> Any:
     the handoff, each with its prompt's SQD stage's forbidden techniques); None elsewhere."""
     if not distributed.is_main():
         return None
-    G = run.config.rollout.num_generations
-    rows = [e for e in rollout.everything for _ in range(G)]
+    rows = rollout.rows()
     forbidden = [None if s is None else s.forbid for s in rollout.stages] if run.sqd else None
     return run.router.submit(rollout.step, rows, rollout.texts, forbidden=forbidden)
 
