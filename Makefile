@@ -73,14 +73,9 @@ demo: install cluster-up  ## the main job, end to end on the local cluster
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/demo.py
 
-paper-table: install cluster-up  ## the ten methods + HARGO's ablations at scale (hours; not in CI): jobs/paper.toml on HPCGPT_DIR
-	data=$$(for t in data_race_c data_race_fortran mlperf_qa plp_qa; do \
-	    printf '{name="%s",max_items=400%s},' $$t \
-	        "$(if $(HPCGPT_DIR),$(comma)path=\"$(abspath $(HPCGPT_DIR))\")"; done); \
+paper-table: install cluster-up  ## the ten methods + HARGO's ablations (about 80 min; not in CI): jobs/paper.toml on HPCGPT_DIR
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
-	    $(PY) -m hargo_hpc submit jobs/paper.toml "data.tasks=[$${data}{name=\"gemm\"}]" \
-	        "slurm.python=$(abspath $(PY))" --wait; \
-	cat runs/paper/report/report.md
+	    $(PY) scripts/paper_table.py $(if $(HPCGPT_DIR),--data $(abspath $(HPCGPT_DIR)))
 
 dry-run: venv  ## render every job in jobs/ (bash -n each script); fails on any template or config error
 	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \

