@@ -106,15 +106,15 @@ def trl_inputs(model_dir: str, steps: int, work: Path) -> tuple[Any, Any, list[d
     from hargo_hpc.config import load_config
     from hargo_hpc.tasks import build_prompt
     from hargo_hpc.tasks.split import MixtureSampler
-    from hargo_hpc.train.loop import _prompt_format, drop_long_prompts, load_data
     from hargo_hpc.train.models import load_policy
+    from hargo_hpc.train.setup import drop_long_prompts, load_data, prompt_format_of
 
     path = work / "bench.toml"
     path.write_text(experiment_toml(model_dir, str(work / "runs"), steps))
     config = load_config(path)
     data = load_data(config, lambda _: None)
     model, tokenizer = load_policy(model_dir, dtype="float32", trust_remote_code=False)
-    fmt = _prompt_format(config, tokenizer)
+    fmt = prompt_format_of(config, tokenizer)
     drop_long_prompts(data, tokenizer, fmt, config.model.max_prompt_tokens, lambda _: None)
     sampler = MixtureSampler(data.train, {t: None for t in TASKS}, seed=0)
     examples = sampler.batch(PROMPTS * steps)

@@ -101,7 +101,7 @@ class GenerationDouble:
 
 
 def main(out: Path, runs: list[str]) -> None:
-    from hargo_hpc.train import distributed, loop
+    from hargo_hpc.train import distributed, loop, sft_run
 
     torch.set_num_threads(1)
     env = distributed.init()
@@ -114,7 +114,8 @@ def main(out: Path, runs: list[str]) -> None:
         torch.save(state, out / f"{label[0]}_rank{env.rank}.pt")
         return export_model(engine, tokenizer, path, lora=lora)
 
-    loop.export_model = saving_export  # type: ignore[assignment]
+    loop.export_model = saving_export  # type: ignore[assignment]  # `train`'s
+    sft_run.export_model = saving_export  # type: ignore[assignment]  # `hargo sft`'s
     for run in runs:
         label[0] = run
         if run == "sft":

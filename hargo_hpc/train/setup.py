@@ -1,0 +1,185 @@
+"""The checks and set-up before a run's first step: the resolved method, the run directory's
+claim, data, models, the engine and the HF export. Each failure is a one-line `TrainError`.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
+from hargo_hpc.config import ExperimentConfig
+from hargo_hpc.tasks.base import DataError
+from hargo_hpc.tasks.data import load_tasks
+from hargo_hpc.tasks.prompts import build_prompt, resolve_format
+from hargo_hpc.tasks.registry import get_task
+from hargo_hpc.tasks.split import split_examples
+from hargo_hpc.train import checkpoint as ckpt
+from hargo_hpc.train import distributed
+from hargo_hpc.train.run import Data, Log, RunPaths, TrainError
+from hargo_hpc.train.settings import check_batch_shape
+from hargo_hpc.train.sft import CORPORA
+
+# estimators that compare the completions of a prompt with each other (need G >= 2)
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gpg", "reinforce_pp_baseline")
+
+
+def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgorithm, int]:
+    """The resolved method and the micro-batches per optimizer step; TrainError (one line)
+    for a method/batch combination that cannot train."""
+    try:
+        algorithm = resolve_algorithm(config.algorithm)
+        accum = check_batch_shape(config.rollout, config.training, world_size)
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    groups = (algorithm.estimator in GROUP_ESTIMATORS or algorithm.hargo is not None
+              or algorithm.loss == "dpo")
+    if groups and config.rollout.num_generations < 2:
+        what = f"estimator {algorithm.estimator!r}" if algorithm.loss != "dpo" else "DPO pairs"
+        raise TrainError(
+            f"algorithm {algorithm.name}: {what} compares the completions of a prompt, so "
+            f"rollout.num_generations must be >= 2 (got {config.rollout.num_generations})"
+        )
+    return algorithm, accum
+
+
+def _saved_hash(paths: RunPaths) -> str | None:
+    try:
+        return ckpt.config_hash((paths.root / "config.toml").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+
+
+def claim_run_dir(paths: RunPaths, config_hash: str, resume: bool) -> Path | None:
+    """The checkpoint to continue from (None: start at step 0). TrainError when the directory
+    holds a run and `resume` is not set, or a resume meets another config."""
+    finished = paths.finished.is_file()
+    latest = ckpt.latest_checkpoint(paths.checkpoints)
+    holds_run = finished or latest is not None or paths.metrics.is_file()
+    if not resume:
+        if holds_run:
+            what = "a finished run" if finished else "an unfinished run"
+            raise TrainError(f"run directory {paths.root} holds {what}; pass --resume to "
+                             "continue it, or set another run.name / run.dir")
+        return None
+    saved = _saved_hash(paths)
+    if saved is not None and saved != config_hash:
+        raise TrainError(f"refusing to resume: {paths.root}/config.toml hashes to {saved}, "
+                         f"this config to {config_hash} (another experiment's run directory)")
+    if latest is None:
+        return None
+    try:
+        return ckpt.check_resume(paths.checkpoints, config_hash, paths.root)
+    except ckpt.CheckpointError as err:
+        raise TrainError(str(err)) from None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_data(config: ExperimentConfig, log: Log) -> Data:
+    """The tasks of `data.tasks`, their examples and the training split (stratified)."""
+    try:
+        loaded = load_tasks(config.data.tasks, config.rewards, log=log)
+        tasks = {name: get_task(name, config.rewards) for name in loaded}
+        everything = [e for examples in loaded.values() for e in examples]
+        train, _ = split_examples(everything, config.data.eval_fraction, config.run.seed)
+    except (DataError, ValueError) as err:
+        raise TrainError(str(err)) from None
+    by_task = {name: [e for e in train if e.task == name] for name in loaded}
+    return Data(tasks, by_task)
+
+
+def drop_long_prompts(data: Data, tokenizer: Any, prompt_format: str, limit: int,
+                      log: Log) -> None:
+    """Remove training examples whose templated prompt exceeds `limit` tokens (logged)."""
+    for name, examples in data.train.items():
+        task = data.tasks[name]
+        prompts = [build_prompt(task.user_text(e), prompt_format, tokenizer) for e in examples]
+        lengths = [len(ids) for ids in
+                   tokenizer(prompts, add_special_tokens=False)["input_ids"]] if prompts else []
+        kept = [e for e, n in zip(examples, lengths, strict=True) if n <= limit]
+        if len(kept) < len(examples):
+            log(f"{name}: dropped {len(examples) - len(kept)} of {len(examples)} training "
+                f"prompts longer than model.max_prompt_tokens = {limit}")
+        if not kept:
+            raise TrainError(f"task {name}: every training prompt is longer than "
+                             f"model.max_prompt_tokens = {limit}")
+        data.train[name] = kept
+
+
+def load_models(config: ExperimentConfig, needs_reference: bool
+                ) -> tuple[Any, Any, torch.nn.Module | None]:
+    """(policy, tokenizer, reference or None) from `model.*`; TrainError for a bad path."""
+    from hargo_hpc.train.models import LoraOptions, load_policy, load_reference
+
+    section = config.model
+    lora = None
+    kwargs: dict[str, Any] = {"dtype": section.dtype,
+                              "trust_remote_code": section.trust_remote_code,
+                              "cache_dir": section.cache_dir or None}
+    try:
+        if section.lora_r:
+            lora = LoraOptions(r=section.lora_r, alpha=section.lora_alpha,
+                               dropout=section.lora_dropout,
+                               target_modules=tuple(section.lora_target_modules))
+        policy, tokenizer = load_policy(section.path, lora=lora, **kwargs)
+        reference = load_reference(section.path, **kwargs) if needs_reference else None
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    return policy, tokenizer, reference
+
+
+def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_steps: int,
+                     run_dir: Path | None) -> Any:
+    from hargo_hpc.train.engine import EngineError, build_engine
+
+    t = config.training
+    try:
+        return build_engine(
+            policy, zero_stage=t.zero_stage, precision=t.precision, lr=t.lr,
+            weight_decay=t.weight_decay, grad_clip=t.grad_clip, grad_accum=accum,
+            micro_batch_size=t.micro_batch_size, warmup_steps=t.warmup_steps,
+            total_steps=total_steps, offload_optimizer=t.offload_optimizer,
+            lr_schedule=t.lr_schedule, min_lr_ratio=t.min_lr_ratio,
+            user_config=Path(t.deepspeed_config) if t.deepspeed_config else None,
+            run_dir=run_dir,
+        )
+    except EngineError as err:
+        raise TrainError(str(err)) from None
+
+
+def prompt_format_of(config: ExperimentConfig, tokenizer: Any) -> str:
+    try:
+        return resolve_format(config.data.prompt_format, tokenizer)
+    except ValueError as err:
+        raise TrainError(f"data.prompt_format: {err}") from None
+
+
+def check_references(data: Data) -> None:
+    """The `sft` preset needs a target for every prompt: reference answers, or a corpus."""
+    for name, examples in data.train.items():
+        if not any(e.output for e in examples) and name not in CORPORA:
+            raise TrainError(f"algorithm sft trains on reference answers; task {name} has "
+                             "none and no SFT corpus")
+
+
+def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:
+    """The HF export: the engine's (gathered under ZeRO-3); with LoRA the adapters merged
+    into a copy of the base (models.export_hf)."""
+    if not lora:
+        return Path(engine.export_hf(out, tokenizer))
+    from hargo_hpc.train.models import export_hf
+
+    with engine.gathered_parameters():
+        if distributed.is_main():
+            export_hf(engine.module, tokenizer, out)
+    distributed.barrier()
+    return out

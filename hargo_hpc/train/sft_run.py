@@ -1,0 +1,165 @@
+"""The SFT warm start before RL (`training.sft_steps`) and `hargo sft` (`sft_run`): SFT steps
+on the tasks' reference answers and GEMM's corpus (the batches and the loss: `train.sft`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hargo_hpc.config import ExperimentConfig, save_resolved
+from hargo_hpc.files import write_atomic
+from hargo_hpc.train import distributed
+from hargo_hpc.train import metrics as m
+from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+from hargo_hpc.train.run import (
+    SFT_DIR,
+    Data,
+    DiscardWriter,
+    Log,
+    Run,
+    RunPaths,
+    StopSignals,
+    TrainError,
+    TrainResult,
+    quiet,
+)
+from hargo_hpc.train.settings import check_batch_shape
+from hargo_hpc.train.setup import (
+    build_run_engine,
+    export_model,
+    load_data,
+    load_models,
+    prompt_format_of,
+    seed_everything,
+)
+from hargo_hpc.train.sft import (
+    SftItem,
+    SftSampler,
+    build_sft_batch,
+    sft_items,
+    sft_update,
+    split,
+)
+from hargo_hpc.train.updates import training_mode
+
+
+def sft_data(data: Data) -> list[SftItem]:
+    """Every task's SFT rows (reference answers; GEMM's corpus) over the training split."""
+    items: list[SftItem] = []
+    try:
+        for name, examples in data.train.items():
+            items.extend(sft_items(data.tasks[name], examples))
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    return items
+
+
+def warm_start(run: Run, data: Data, path: Path, steps: int, stop: StopSignals,
+               log: Log) -> None:
+    """`steps` SFT optimizer steps (training.sft_steps) before RL, logged to `path`."""
+    sft_loop(run.engine, run.tokenizer, run.prompt_format, sft_data(data),
+             seed=run.config.run.seed, steps=steps, accum=run.accum,
+             micro_batch_size=run.config.training.micro_batch_size,
+             max_target_tokens=run.config.rollout.max_new_tokens, path=path, stop=stop)
+    log(f"SFT warm start: {steps} steps done ({path})")
+
+
+def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftItem], *,
+             seed: int, steps: int, accum: int, micro_batch_size: int,
+             max_target_tokens: int, path: Path, stop: StopSignals | None = None,
+             on_step: Callable[[dict[str, Any]], object] | None = None) -> None:
+    """SFT steps of W × accum × micro_batch_size rows each (W ranks, every one drawing the same
+    rows and training on its contiguous share), one metrics line per step from rank 0."""
+    sampler = SftSampler(items, seed)
+    world, rank = distributed.world_size(), distributed.rank()
+    main = rank == 0
+    with m.MetricsWriter(path) if main else contextlib.nullcontext(DiscardWriter()) as writer:
+        for step in range(1, steps + 1):
+            start, lr = time.perf_counter(), engine.lr
+            rows = split(sampler.batch(world * accum * micro_batch_size), world)[rank]
+            batch = build_sft_batch(rows, tokenizer, prompt_format,
+                                    max_target_tokens=max_target_tokens, device=engine.device)
+            with training_mode(engine):
+                stats = sft_update(engine, batch, accum=accum)
+            record = {"step": step, **stats, "grad_norm": engine.grad_norm,
+                      "learning_rate": lr,
+                      "timing_s/step": time.perf_counter() - start}
+            writer.write(record)
+            if on_step is not None and main:
+                on_step(record)
+            if stop is not None and world > 1:  # a signal seen by any rank stops them all
+                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
+                                       if s), None)
+            if stop is not None and stop.requested:
+                return
+
+
+def sft_run(config: ExperimentConfig, *, log: Log = print,
+            on_step: Callable[[dict[str, Any]], object] | None = None) -> TrainResult:
+    """`hargo sft`: training.sft_steps SFT steps from model.path into `<run dir>/sft/`
+    (metrics.jsonl, config.toml, the HF export in export/). Under several ranks every rank
+    calls it (the process group as in `train`)."""
+    t = config.training
+    if t.sft_steps < 1:
+        raise TrainError("training.sft_steps is 0: set it to the number of SFT steps")
+    env = distributed.detect()
+    try:
+        accum = check_batch_shape(config.rollout, config.training, env.world_size)
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    own_group = env.world_size > 1 and not torch.distributed.is_initialized()
+    if own_group:
+        distributed.init(env)
+    try:
+        return _sft_run(config, accum, log=log if env.is_main else quiet, on_step=on_step)
+    finally:
+        if own_group:
+            distributed.teardown()
+
+
+def _sft_run(config: ExperimentConfig, accum: int, *, log: Log,
+             on_step: Callable[[dict[str, Any]], object] | None) -> TrainResult:
+    t = config.training
+    paths = RunPaths(config.run_dir() / SFT_DIR)
+    taken = paths.finished.is_file() or paths.metrics.is_file()
+    distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
+    if taken:
+        raise TrainError(f"{paths.root} holds an SFT run already; set another run.name / "
+                         "run.dir or remove it")
+    seed_everything(config.run.seed)
+    data = load_data(config, log)
+    policy, tokenizer, _ = load_models(config, needs_reference=False)
+    prompt_format = prompt_format_of(config, tokenizer)
+    items = sft_data(data)
+    main = distributed.is_main()
+    if main:
+        save_resolved(config, paths.root)
+    engine = build_run_engine(config, policy, accum, t.sft_steps, paths.root)
+    with StopSignals() as stop:
+        sft_loop(engine, tokenizer, prompt_format, items, seed=config.run.seed,
+                 steps=t.sft_steps, accum=accum, micro_batch_size=t.micro_batch_size,
+                 max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics,
+                 stop=stop, on_step=on_step)
+    export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
+    steps = len(m.read_records(paths.metrics)) if main else 0
+    if main:
+        write_atomic(paths.finished, json.dumps({"step": steps, "export": str(export),
+                                                 "metrics": str(paths.metrics)}, indent=1) + "\n")
+    distributed.barrier()
+    return TrainResult(paths.root, paths.metrics, steps, None, export,
+                       interrupted=bool(stop.requested))
+
+
+def sft_sample_texts(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int,
+                     seed: int = 0) -> list[str]:
+    """Greedy completions of `prompts` (for checks after SFT)."""
+    backend = HFGenerateBackend(model, tokenizer)
+    params = SamplingParams(max_new_tokens=max_new_tokens, do_sample=False, seed=seed)
+    return backend.generate(list(prompts), 1, params).texts
