@@ -129,7 +129,7 @@ KillWait=5
 MailProg=/bin/true
 GresTypes=gpu
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem Gres=gpu:2 State=UNKNOWN
-PartitionName=cpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=cpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=2
 PartitionName=gpu Nodes=$NODE Default=NO MaxTime=INFINITE State=UP
 EOF
     mv "$CONF.tmp" "$CONF"
