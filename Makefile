@@ -18,7 +18,6 @@ TORCH_SPEC  ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ec
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export DS_BUILD_OPS := 0
-comma := ,
 
 .PHONY: help apt venv install test test-fast lint cluster-up cluster-down cluster-status demo \
         paper-table dry-run local bench-calibrate benchmarks clean
@@ -73,7 +72,7 @@ demo: install cluster-up  ## the main job, end to end on the local cluster
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/demo.py
 
-paper-table: install cluster-up  ## the ten methods + HARGO's ablations (about 80 min; not in CI): jobs/paper.toml on HPCGPT_DIR
+paper-table: install cluster-up  ## the ten methods + HARGO's ablations (about 45 min here; not in CI): jobs/paper.toml on HPCGPT_DIR
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/paper_table.py $(if $(HPCGPT_DIR),--data $(abspath $(HPCGPT_DIR)))
 

@@ -73,8 +73,11 @@ def run_job(job: Path, argv: list[str], label: str) -> int:
     print(f"report:  {report / 'report.html'}")
     for png in sorted(report.glob("*.png")):
         print(f"plot:    {png}")
-    print(f"model:   {root / 'export'}")
-    print(f"metrics: {root / 'metrics.jsonl'}, {root / 'eval' / 'metrics.json'}")
+    # one run (the demo): its own export; a sweep (the paper table): each run's
+    runs = [root] if (root / "export").is_dir() else sorted(p.parent for p in root.glob("*/export"))
+    for run in runs:
+        print(f"model:   {run / 'export'}")
+        print(f"metrics: {run / 'metrics.jsonl'}, {run / 'eval' / 'metrics.json'}")
     print(f"{label} ok in {time.monotonic() - started:.0f} s")
     return 0
 

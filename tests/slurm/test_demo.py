@@ -35,6 +35,7 @@ def test_the_demo_graph_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "demo ok" in done.stdout
         root = runs / "demo"
+        assert f"model:   {root / 'export'}" in done.stdout.splitlines()
         manifest = json.loads((root / "run.json").read_text())
         assert [j["name"] for j in manifest["jobs"]] == ["sft", "train", "bench", "eval",
                                                          "report", "stop"]
