@@ -22,7 +22,7 @@ from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
 from hargo_hpc.train.run import Data, Log, RunPaths, TrainError
 from hargo_hpc.train.settings import check_batch_shape
-from hargo_hpc.train.sft import CORPORA
+from hargo_hpc.train.sft import has_target
 
 # estimators that compare the completions of a prompt with each other (need G >= 2)
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gpg", "reinforce_pp_baseline")
@@ -164,11 +164,14 @@ def prompt_format_of(config: ExperimentConfig, tokenizer: Any) -> str:
 
 
 def check_references(data: Data) -> None:
-    """The `sft` preset needs a target for every prompt: reference answers, or a corpus."""
+    """The `sft` preset needs a target for every prompt it may draw (`sft.has_target`):
+    TrainError naming the first training example without one."""
     for name, examples in data.train.items():
-        if not any(e.output for e in examples) and name not in CORPORA:
-            raise TrainError(f"algorithm sft trains on reference answers; task {name} has "
-                             "none and no SFT corpus")
+        missing = [e for e in examples if not has_target(e)]
+        if missing:
+            raise TrainError(f"algorithm sft trains on reference answers; task {name} has no "
+                             f"SFT corpus and {len(missing)} of its {len(examples)} training "
+                             f"examples have no answer (first: {missing[0].id})")
 
 
 def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:

@@ -69,17 +69,23 @@ def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
     return items
 
 
+def has_target(example: Example) -> bool:
+    """Whether the `sft` preset can train on `example`'s prompt: a reference answer, or a
+    corpus for its task (`CORPORA`)."""
+    return bool(example.output) or example.task in CORPORA
+
+
 def preset_item(example: Example, user_text: str) -> SftItem:
     """The `sft` preset's row for one prompt: its reference answer, or, for a task with a
     corpus instead (GEMM), one of the corpus's completions for it, picked by crc32 of the
-    example's id (the same every step and run). ValueError when the task has neither."""
-    if example.output:
-        return SftItem(example.task, user_text, example.output)
-    source = CORPORA.get(example.task)
-    if source is None:
+    example's id (the same every step and run). ValueError when it has neither (`has_target`;
+    `train.setup.check_references` refuses such data before the first step)."""
+    if not has_target(example):
         raise ValueError(f"example {example.id}: no reference answer, and task {example.task} "
                          "has no SFT corpus")
-    pairs = _corpus(source)([example])
+    if example.output:
+        return SftItem(example.task, user_text, example.output)
+    pairs = _corpus(CORPORA[example.task])([example])
     text, answer = pairs[zlib.crc32(example.id.encode()) % len(pairs)]
     return SftItem(example.task, text, answer)
 
