@@ -128,8 +128,12 @@ def test_a_step_that_holds_another_batch_is_refused(tmp_path: Path) -> None:
 
 
 def small_bench(tmp_path: Path) -> BenchSettings:
+    # at 64³ OpenBLAS's per-call overhead leaves it near an honest i-k-j kernel (best call
+    # 4.1-4.7 GFLOPS against 5.0-5.5: 2 of 40 runs flagged at the default margin), so no
+    # margin test here, as in tests/bench/conftest.py; the production sizes are >= 128
     return BenchSettings(size=64, check_size=37, repetitions=2, timed_budget_ms=0, warmup=0,
-                         threads=1, cache_dir=str(tmp_path / "bench-cache"))  # fmt: skip
+                         threads=1, reference_margin=100.0,
+                         cache_dir=str(tmp_path / "bench-cache"))  # fmt: skip
 
 
 def fast_handoff(**changes: object) -> HandoffSettings:
