@@ -11,6 +11,7 @@ Usage: scripts/paper_table.py [--data DIR] [section.key=value ...]   (needs SLUR
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,25 +19,27 @@ from demo import run_job
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "jobs" / "paper.toml"
-TEXT_TASKS = ("data_race_c", "data_race_fortran", "mlperf_qa", "plp_qa")
-MAX_ITEMS = 400
 
 
 def tasks_override(data: Path | None) -> str:
-    """The `data.tasks=[...]` override: each text task on DIR where its file is, else sample."""
+    """The `data.tasks=[...]` override: jobs/paper.toml's tasks as they are, with `path = DIR`
+    added to each one whose HPC-GPT file is in DIR (the others read the project's sample)."""
+    from hargo_hpc.config import load_config
     from hargo_hpc.tasks.registry import task_class
 
     tasks = []
-    for name in TEXT_TASKS:
-        files = task_class(name).files
-        if data is not None and any((data / f).is_file() for f in files):
-            tasks.append(f'{{name="{name}",max_items={MAX_ITEMS},path="{data}"}}')
-            print(f"{name}: {data}")
-        else:
-            tasks.append(f'{{name="{name}",max_items={MAX_ITEMS}}}')
-            where = f"no {' or '.join(files)} in {data}" if data else "no --data"
-            print(f"{name}: the project's sample ({where})")
-    return "data.tasks=[" + ",".join([*tasks, '{name="gemm"}']) + "]"
+    for spec in load_config(JOB).data.tasks:
+        fields = spec.model_dump(exclude_unset=True)
+        files = task_class(spec.name).files
+        if files:  # a text task (GEMM's problems are the project's own)
+            if data is not None and any((data / f).is_file() for f in files):
+                fields["path"] = str(data)
+                print(f"{spec.name}: {data}")
+            else:
+                where = f"no {' or '.join(files)} in {data}" if data else "no --data"
+                print(f"{spec.name}: the project's sample ({where})")
+        tasks.append("{" + ",".join(f"{k}={json.dumps(v)}" for k, v in fields.items()) + "}")
+    return "data.tasks=[" + ",".join(tasks) + "]"
 
 
 def main(argv: list[str]) -> int:
