@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,35 @@ def test_source_tree_jobs_is_the_package_copy() -> None:
     assert jobs.is_symlink()
     assert jobs.resolve() == (REPO / "hargo_hpc" / "examples" / "jobs").resolve()
     assert sorted(path.name for path in jobs.glob("*.toml")) == NAMES
+
+
+def test_source_tree_sbatch_templates_is_the_package_copy() -> None:
+    """The mission's layout: the top-level sbatch_templates/ is a link to the shipped ones."""
+    templates = REPO / "sbatch_templates"
+    assert templates.is_symlink()
+    assert templates.resolve() == (REPO / "hargo_hpc" / "slurm" / "templates").resolve()
+    assert {"base.sh.j2", "train.sh.j2", "bench_worker.sh.j2"} <= {
+        path.name for path in templates.glob("*.j2")}
+
+
+def test_init_templates_gives_a_site_copy_that_render_uses(tmp_path: Path) -> None:
+    done = hargo("init", "--templates", "site", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    site = tmp_path / "site" / "sbatch_templates"
+    shipped = sorted((REPO / "sbatch_templates").glob("*.j2"))
+    assert sorted(p.name for p in site.iterdir()) == [p.name for p in shipped]
+    assert all((site / p.name).read_bytes() == p.read_bytes() for p in shipped)
+    assert done.stdout.splitlines()[-1] == (
+        f"then: export HARGO_TEMPLATE_DIR={site.resolve()}  (hargo render / submit use it)")
+    # a site's edit reaches the rendered script through HARGO_TEMPLATE_DIR
+    base = site / "base.sh.j2"
+    base.write_text(base.read_text().replace("#!/bin/bash", "#!/bin/bash\n# site: lab-x", 1))
+    job = tmp_path / "site" / "jobs" / "tiny.toml"
+    env = {**os.environ, "HARGO_TEMPLATE_DIR": str(site)}
+    out = tmp_path / "scripts"
+    rendered = subprocess.run([HARGO, "render", str(job), f"run.dir={tmp_path / 'runs'}",
+                               "-o", str(out)], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    scripts = sorted(out.glob("*.sh"))
+    assert scripts and all("# site: lab-x" in s.read_text() for s in scripts)

@@ -1,7 +1,10 @@
-"""The example experiment files shipped with the package (`hargo_hpc/examples/jobs/*.toml`).
+"""The example experiment files shipped with the package (`hargo_hpc/examples/jobs/*.toml`),
+and the batch templates a site may copy (`hargo_hpc/slurm/templates/*.j2`).
 
-They are package data, so an installed wheel has them; in a source checkout the top-level
-`jobs/` is a symlink to the same directory. `hargo init DIR` copies them into `DIR/jobs/`.
+Both are package data, so an installed wheel has them; in a source checkout the top-level
+`jobs/` and `sbatch_templates/` are symlinks to the same directories. `hargo init DIR` copies
+the jobs into `DIR/jobs/`, and with `--templates` the templates into `DIR/sbatch_templates/`
+(a site's own copy, used when `$HARGO_TEMPLATE_DIR` names it: `hargo_hpc.slurm.render`).
 """
 
 from __future__ import annotations
@@ -25,23 +28,37 @@ def example_jobs() -> list[Traversable]:
     return sorted(jobs, key=lambda item: item.name)
 
 
-def copy_example_jobs(directory: str | os.PathLike[str], *, force: bool = False) -> list[Path]:
-    """Copy every example job into `directory/jobs/`; return the paths written.
+def shipped_templates() -> list[Traversable]:
+    """The shipped batch templates (`*.j2`, the included parts too), by name."""
+    folder = files("hargo_hpc.slurm") / "templates"
+    found = [item for item in folder.iterdir() if item.name.endswith(".j2") and item.is_file()]
+    if not found:
+        raise ExamplesError(f"no batch templates in {folder}: is hargo-hpc installed completely?")
+    return sorted(found, key=lambda item: item.name)
+
+
+def copy_example_jobs(directory: str | os.PathLike[str], *, force: bool = False,
+                      templates: bool = False) -> list[Path]:
+    """Copy every example job into `directory/jobs/` (and, with `templates`, every batch
+    template into `directory/sbatch_templates/`); return the paths written.
 
     Without `force`, nothing is written when any of the targets exists.
     """
-    dest = Path(directory) / "jobs"
-    targets = [(job, dest / job.name) for job in example_jobs()]
+    root = Path(directory)
+    targets = [(job, root / "jobs" / job.name) for job in example_jobs()]
+    if templates:
+        targets += [(item, root / "sbatch_templates" / item.name) for item in shipped_templates()]
     existing = [target for _, target in targets if target.exists() or target.is_symlink()]
     if existing and not force:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
         raise ExamplesError(f"{existing[0]} exists{more}; use --force to overwrite")
     written = []
     try:
-        dest.mkdir(parents=True, exist_ok=True)
-        for job, target in targets:
-            target.write_bytes(job.read_bytes())
+        for source, target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
             written.append(target)
     except OSError as err:
-        raise ExamplesError(f"cannot write {err.filename or dest}: {err.strerror or err}") from None
+        where = err.filename or root / "jobs"
+        raise ExamplesError(f"cannot write {where}: {err.strerror or err}") from None
     return written

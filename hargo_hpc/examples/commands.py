@@ -1,9 +1,12 @@
-"""`hargo init DIR`: copy the shipped example jobs into DIR/jobs/.
+"""`hargo init DIR`: copy the shipped example jobs into DIR/jobs/ (and the batch templates into
+DIR/sbatch_templates/ with --templates).
 
 Registered by hargo_hpc/cli.py (`main.add_command(init)`); the logic is in hargo_hpc.examples.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -14,15 +17,21 @@ from hargo_hpc.examples import ExamplesError, copy_example_jobs
 @click.command("init", context_settings=CONTEXT)
 @click.argument("directory", type=click.Path())
 @click.option("--force", is_flag=True, help="overwrite example files that already exist")
-def init(directory: str, force: bool) -> None:
+@click.option("--templates", is_flag=True,
+              help="also copy the batch templates into DIRECTORY/sbatch_templates/ (a site's "
+                   "own copy: set HARGO_TEMPLATE_DIR to it)")
+def init(directory: str, force: bool, templates: bool) -> None:
     """Copy the example experiment files into DIRECTORY/jobs/ (created if needed).
 
     Refuses, writing nothing, when one of them exists already, unless --force.
     """
     try:
-        written = copy_example_jobs(directory, force=force)
+        written = copy_example_jobs(directory, force=force, templates=templates)
     except ExamplesError as err:
         raise UsageFailure(str(err)) from None
     for path in written:
         click.echo(f"wrote {path}")
     click.echo(f"next: hargo config validate {written[0]}")
+    if templates:
+        site = (Path(directory) / "sbatch_templates").resolve()
+        click.echo(f"then: export HARGO_TEMPLATE_DIR={site}  (hargo render / submit use it)")

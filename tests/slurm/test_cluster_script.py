@@ -6,10 +6,12 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from staging import readable_copy
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "scripts" / "slurm-cluster.sh")
@@ -72,9 +74,13 @@ def test_up_twice_recover_then_down_leaves_nothing(tmp_path: Path) -> None:
     shutil.rmtree(state, ignore_errors=True)
 
 
-def test_refuses_without_root(tmp_path: Path) -> None:
-    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           SCRIPT, "up", "/tmp/hargo-nobody"], capture_output=True, text=True)
+def test_refuses_without_root() -> None:
+    """As uid 65534, from a copy it can read (the checkout may sit in a 0700 directory)."""
+    with tempfile.TemporaryDirectory(prefix="hargo-nobody-") as scratch:
+        script = readable_copy(Path(SCRIPT), Path(scratch))
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               str(script), "up", "/tmp/hargo-nobody"], capture_output=True,
+                              text=True, cwd=scratch)  # fmt: skip
     assert done.returncode != 0
     assert "must run as root" in done.stderr
 
