@@ -23,7 +23,13 @@ VOCAB = 256
 SEQ = 12
 GLOBAL_BATCH = 4
 STEPS = 2
-SETTINGS = dict(lr=1e-2, weight_decay=0.1, grad_clip=0.0, warmup_steps=1, total_steps=STEPS)
+# Adam's eps above most gradient elements, so that rounding gives a bound on the weights
+# (tests/numerics.py; the script runs without tests/ on its path, hence the literal).
+SETTINGS = dict(lr=1e-3, weight_decay=0.1, grad_clip=0.0, warmup_steps=1, total_steps=STEPS,
+                eps=1e-2)
+# The longest reduction behind one gradient element: the weight gradients sum over the batch's
+# tokens, each a product of back-propagated reductions at most VOCAB wide (the LM head).
+REDUCTION = GLOBAL_BATCH * (SEQ - 1) * VOCAB
 
 
 def engine_test_model(seed: int = 0) -> torch.nn.Module:

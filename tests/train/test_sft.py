@@ -1,5 +1,5 @@
 """SFT: the row layout, the sampler's epochs and resume, micro-batches that add up, `hargo sft` on
-the GEMM corpus (loss down, the tiny model then writes `void gemm(`), and the warm start of
+the GEMM corpus (loss down, the signature learnt under teacher forcing), and the warm start of
 `hargo train` (training.sft_steps)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from numerics import ADAM_EPS, adam_weight_tolerance, grad_rtol
 
 from hargo_hpc.cli import main
 from hargo_hpc.config import validate_config
@@ -86,13 +87,15 @@ def test_gemm_rows_come_from_the_corpus() -> None:
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_micro_batches_add_up_to_one_step(agg: str) -> None:
-    """sft_update over 4 rows as 1 micro-batch or as 4: the same loss and the same weights."""
+    """sft_update over 4 rows as 1 micro-batch or as 4: the same loss, gradient norm and
+    weights, up to the rounding of sums taken in another order (tests/numerics.py: the longest
+    reduction is the batch's target tokens times the vocabulary)."""
     items = [SftItem("t", f"Question {i}?", "answer " * (i + 1)) for i in range(4)]
     results = []
     for accum in (1, 4):
         model, tok = load_policy("tiny")
         engine = build_engine(model, zero_stage=0, lr=1e-3, micro_batch_size=4 // accum,
-                              grad_accum=accum)
+                              grad_accum=accum, eps=ADAM_EPS)
         batch = build_sft_batch(items, tok, "alpaca", max_target_tokens=16,
                                 device=engine.device)
         stats = sft_update(engine, batch, accum=accum, agg=agg)
@@ -101,13 +104,13 @@ def test_micro_batches_add_up_to_one_step(agg: str) -> None:
         results.append((stats, {k: v.detach().clone()
                                 for k, v in engine.module.state_dict().items()}))
     (a, wa), (b, wb) = results
-    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
     expected = sum(len(tok(x.target, add_special_tokens=False)["input_ids"]) + 1 for x in items)
     assert b["tokens"] == a["tokens"] == float(expected)  # each target and its EOS
-    # Adam's first step is lr * g / (|g| + eps): round-off in a near-zero gradient component
-    # moves its weight by a fraction of lr, so the weights agree to 5% of lr
-    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 5e-5
+    reduction = int(expected) * len(tok)
+    assert b["loss"] == pytest.approx(a["loss"], rel=grad_rtol(reduction))
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=grad_rtol(reduction))
+    tol = adam_weight_tolerance([a["grad_norm"]], [1e-3], reduction)
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < tol
 
 
 GEMM_SFT = """
@@ -125,16 +128,39 @@ num_generations = 1
 prompts_per_step = 2
 max_new_tokens = 96
 [training]
-lr = 1e-2
+lr = 3e-3
 micro_batch_size = 2
 zero_stage = 0
 sft_steps = 300
 """
 
 
+def signature_accuracy(model: torch.nn.Module, tok, items: list[SftItem]) -> float:
+    """Teacher-forced token accuracy on the `void gemm(...)` signature of each item's target:
+    with the prompt and the target before the signature given, the share of the signature's
+    tokens that are the model's argmax next token."""
+    hits = total = 0
+    for item in items:
+        prompt = tok(build_prompt(item.user_text, "auto", tok), add_special_tokens=False)
+        start = item.target.index("void gemm(")
+        end = item.target.index(")", start) + 1
+        before = len(tok(item.target[:start], add_special_tokens=False)["input_ids"])
+        upto = tok(item.target[:end], add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt["input_ids"] + upto])
+        first = len(prompt["input_ids"]) + before  # the signature's first token
+        with torch.no_grad():
+            predicted = model(input_ids=ids).logits[0, first - 1 : -1].argmax(-1)
+        hits += int((predicted == ids[0, first:]).sum())
+        total += ids.shape[1] - first
+    return hits / total
+
+
 def test_hargo_sft_on_the_gemm_corpus_teaches_the_signature(tmp_path: Path) -> None:
-    """300 steps of 2 kernels (cut to 96 tokens) at lr 1e-2: measured 16 s, loss 6.9 -> ~1.5,
-    5 of 5 greedy samples with `void gemm(` (4 steps of 4 rows: 3 of 5; lr 2e-2: 0)."""
+    """300 steps of 2 kernels (cut to 96 tokens) at lr 3e-3, the middle of the range that
+    learns (measured, every ATEN_CPU_CAPABILITY alike: lr 1e-3, 3e-3, 1e-2 give loss 6.9 ->
+    1.39, 0.85, 1.57 and signature accuracy 0.77, 0.84, 0.68; untrained 0.0). What SFT teaches
+    is measured teacher-forced on the signature of every 10th corpus target, not by a greedy
+    sample whose path one rounding can tip."""
     job = tmp_path / "gemm_sft.toml"
     job.write_text(GEMM_SFT.format(dir=tmp_path))
     done = CliRunner().invoke(main, ["sft", str(job)])
@@ -148,14 +174,16 @@ def test_hargo_sft_on_the_gemm_corpus_teaches_the_signature(tmp_path: Path) -> N
     assert set(m.SFT_KEYS) <= records[0].keys()
     first, last = records[0]["loss"], sum(r["loss"] for r in records[-20:]) / 20
     assert first > 6 and last < 0.4 * first
+    assert max(r["loss"] for r in records[20:]) < first  # no divergence after the start
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    model = AutoModelForCausalLM.from_pretrained(out / "export")
+    model = AutoModelForCausalLM.from_pretrained(out / "export").eval()
     tok = PreTrainedTokenizerFast.from_pretrained(out / "export")
     task = Gemm()
-    prompts = [build_prompt(task.user_text(p), "auto", tok) for p in task.load_problems()]
-    samples = loop.sft_sample_texts(model, tok, prompts, max_new_tokens=200)
-    assert sum("void gemm(" in s for s in samples) >= 3, samples
+    items = sft_items(task, task.load_problems())[::10]
+    untrained, _ = load_policy("tiny")
+    assert signature_accuracy(untrained.eval(), tok, items) < 0.1
+    assert signature_accuracy(model, tok, items) > 0.5
     again = CliRunner().invoke(main, ["sft", str(job)])
     assert again.exit_code == 2 and again.stderr.startswith(f"error: {out} holds an SFT run")
 
