@@ -4,6 +4,13 @@ gradient flag, entropy, and agreement with the per-step logits of `generate`.
 The tests build their own tiny model (`build_own_tiny_lm`, also used by test_rollout.py): a
 random Llama (hidden 64, 2 layers, 4 heads) and a byte-level BPE tokenizer trained on a few
 lines, pad == EOS, saved under a pytest temp dir.
+
+Tolerances (tests/numerics.py, forward_atol): a log-prob of the test model passes about 20
+reductions in sequence (2 layers of norm, projections, attention scores, softmax, mixing and
+MLP; the head; the log-softmax), the widest the 300-token vocabulary, on values of its random
+init at most ~1: LOGPROB_ATOL = 20 · 4·sqrt(300)·u ≈ 8e-5. An entropy sums 300 terms p·(−log p)
+with −log p up to ~10: ENTROPY_ATOL 10 times that. A misalignment by one position or a wrong
+pad changes log-probs by 1e-3 and more (test_alignment_matches_a_hand_computation shows one).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from numerics import forward_atol
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     GPT2Config,
@@ -34,6 +42,9 @@ OWN_TINY_LINES = [
     "void gemm(int n, const float *a, const float *b, float *c) { }",
     "the quick brown fox jumps over the lazy dog",
 ]
+
+LOGPROB_ATOL = forward_atol(ops=20, width=300)  # 8.3e-5 (module docstring)
+ENTROPY_ATOL = 10 * LOGPROB_ATOL
 
 
 def build_own_tiny_lm(directory: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
@@ -108,10 +119,10 @@ def test_alignment_matches_a_hand_computation(lm: LlamaForCausalLM) -> None:
         ])
         got, entropy = token_logprobs_and_entropy(lm, ids, mask, 3, 1, temperature=tau)
         assert got.shape == (1, 3)
-        torch.testing.assert_close(got[0], expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got[0], expected, rtol=0, atol=LOGPROB_ATOL)
         probs = [torch.softmax(logits[t] / tau, dim=-1) for t in (2, 3, 4)]
         hand_entropy = torch.stack([-(p * p.log()).sum() for p in probs])
-        torch.testing.assert_close(entropy[0], hand_entropy, rtol=0, atol=1e-4)
+        torch.testing.assert_close(entropy[0], hand_entropy, rtol=0, atol=ENTROPY_ATOL)
     # an off-by-one (the logits at the token's own position) would give other numbers
     wrong = torch.log_softmax(logits[3], dim=-1)[14]
     assert abs(float(token_logprobs(lm, ids, mask, 3, 1)[0, 0]) - float(wrong)) > 1e-3
@@ -133,10 +144,10 @@ def test_micro_batches_equal_one_full_batch(lm: LlamaForCausalLM) -> None:
     full = token_logprobs(lm, ids, mask, start, micro_batch=5)
     for micro in (1, 2, 3):
         torch.testing.assert_close(token_logprobs(lm, ids, mask, start, micro), full,
-                                   rtol=0, atol=1e-5)
+                                   rtol=0, atol=LOGPROB_ATOL)
     _, ent_full = token_logprobs_and_entropy(lm, ids, mask, start, 5)
     _, ent_micro = token_logprobs_and_entropy(lm, ids, mask, start, 2)
-    torch.testing.assert_close(ent_micro, ent_full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(ent_micro, ent_full, rtol=0, atol=ENTROPY_ATOL)
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
@@ -148,7 +159,7 @@ def test_left_padding_does_not_change_a_sequence(lm: LlamaForCausalLM, kind: str
     ids, mask, start = left_pad([[5, 6, 7], [9, 10, 11, 12, 13, 14, 15, 16, 17]],
                                 [[20, 21, 22], [23, 24, 25, 26]])
     batched = token_logprobs(model, ids, mask, start, 2)
-    torch.testing.assert_close(batched[0, :3], alone[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(batched[0, :3], alone[0], rtol=0, atol=LOGPROB_ATOL)
     assert batched[0, 3] == 0
     if kind == "gpt2":  # the test can fail: without position ids the padded row differs
         with torch.no_grad():
@@ -184,7 +195,7 @@ def test_logprobs_match_the_logits_generate_sampled_from(lm: LlamaForCausalLM) -
     for tau in (1.0, 0.6):
         expected = torch.log_softmax(steps / tau, -1).gather(-1, completion[..., None])[..., 0]
         got = token_logprobs(lm, out.sequences, full_mask, start, 2, temperature=tau)
-        torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+        torch.testing.assert_close(got, expected, rtol=0, atol=LOGPROB_ATOL)
 
 
 @pytest.mark.parametrize(("change", "message"), [

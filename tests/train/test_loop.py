@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from numerics import assert_same_adam_update, grad_rtol
 from safetensors.torch import load_file
 
 from hargo_hpc.algorithms.presets import PRESETS
@@ -144,11 +145,13 @@ def test_micro_batches_add_up_to_the_full_batch(tmp_path: Path) -> None:
             results.append(run(cfg))
         (one, [a]), (four, [b]) = results
         assert a["optimizer_steps"] == b["optimizer_steps"] == 1
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
-        assert b["pg_loss"] == pytest.approx(a["pg_loss"], rel=1e-4, abs=1e-6)
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
-        wa, wb = exported(one), exported(four)  # Adam's first step: within 5% of lr (1e-3)
-        assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 5e-5
+        # the same sums in another order (tests/numerics.py): 8 rows x 12 tokens over the
+        # tiny model's 953-token vocabulary: grad_rtol(8 * 12 * 953) = 7.2e-5
+        rtol = grad_rtol(8 * 12 * 953)
+        assert b["loss"] == pytest.approx(a["loss"], rel=rtol, abs=1e-6)
+        assert b["pg_loss"] == pytest.approx(a["pg_loss"], rel=rtol, abs=1e-6)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=rtol)
+        assert_same_adam_update(exported(one), exported(four), initial_weights(), 1e-3, 1)
 
 
 def test_more_iterations_make_the_clip_active(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
+from numerics import forward_atol
 from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig
 
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
@@ -309,8 +310,10 @@ def test_export_merges_lora(cache: Path, tmp_path: Path) -> None:
     out = export_hf(policy, tok, tmp_path / "merged")
     reloaded = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
     assert not any("lora" in k for k in reloaded.state_dict())
-    # W + (alpha/r) B A merged vs. applied on the side: equal up to float rounding
-    torch.testing.assert_close(logits(reloaded, ids), adapted, atol=1e-5, rtol=1e-5)
+    # W + (alpha/r) B A merged vs. applied on the side: the same sums in another order, through
+    # ~20 reductions in sequence over at most the 953-token vocabulary (tests/numerics.py)
+    torch.testing.assert_close(logits(reloaded, ids), adapted, rtol=0,
+                               atol=forward_atol(ops=20, width=953))
     assert hasattr(policy, "peft_config")  # the training model keeps its adapters
     assert torch.equal(logits(policy, ids), adapted)
 

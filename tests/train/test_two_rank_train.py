@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from numerics import assert_same_adam_update
 from safetensors.torch import load_file
 
 from hargo_hpc.train import loop
@@ -36,21 +37,6 @@ CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm"
 
 
 LR, STEPS = 1e-3, 2
-
-
-def assert_same_update(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor],
-                       before: dict[str, torch.Tensor], stage: int) -> None:
-    """The two-rank update equals the one-process one within float tolerance: summed in
-    another order, the gradients differ by rounding, which Adam (m / (sqrt(v) + eps)) turns
-    into visible differences only in the few elements whose gradient is itself rounding-sized
-    (at most 2·lr per step). So: ||Δgot − Δwant|| ≤ 1 % of ||Δwant|| over all parameters,
-    99.9 % of the elements within 1e-5, none further than 2·lr·steps."""
-    diff = torch.cat([(got[k] - want[k]).flatten().double() for k in want])
-    moved = torch.cat([(want[k] - before[k]).flatten().double() for k in want])
-    assert moved.norm() > 0.1 * LR  # the steps trained
-    assert diff.norm() <= 1e-2 * moved.norm(), (stage, float(diff.norm()), float(moved.norm()))
-    assert float((diff.abs() <= 1e-5).double().mean()) >= 0.999, stage
-    assert float(diff.abs().max()) <= 2 * LR * STEPS, stage
 
 
 def one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, loop.TrainResult]:
@@ -82,6 +68,8 @@ def assert_records_match(got: list[dict[str, Any]], want: list[dict[str, Any]],
         for key in same:
             assert got_r[key] == want_r[key], (run, key)
         for key in close:
+            # statistics of a step whose weights differ as assert_same_adam_update allows:
+            # 1e-3 relative (the same 1 % norm condition, spread over ~10 reductions)
             assert got_r[key] == pytest.approx(want_r[key], rel=1e-3, abs=1e-6), (run, key)
 
 
@@ -112,7 +100,7 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
         run_dir = tmp_path / f"two_ranks_z{stage}"
         got = same_parameters(tmp_path, f"z{stage}", run_dir / "export")
         assert got.keys() == want.keys() == before.keys()
-        assert_same_update(got, want, before, stage)
+        assert_same_adam_update(got, want, before, LR, STEPS)
 
         records = m.read_records(run_dir / "metrics.jsonl")
         assert all(r["rewards/scored"] == 8 for r in records)
@@ -128,7 +116,7 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     # stopped after step 1 on rank 0's signal and resumed: the same as the uninterrupted run
     run_dir = tmp_path / "two_ranks_resume"
     got = same_parameters(tmp_path, "z2-resume", run_dir / "export")
-    assert_same_update(got, want, before, 2)
+    assert_same_adam_update(got, want, before, LR, STEPS)
     assert_records_match(m.read_records(run_dir / "metrics.jsonl"), want_records, SAME, CLOSE,
                          "z2 resumed")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()
@@ -137,7 +125,8 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     # the sft preset after the warm start: SFT metrics of both phases and the weights match
     run_dir = tmp_path / "two_ranks_sft"
     got = same_parameters(tmp_path, "sft", run_dir / "export")
-    assert_same_update(got, load_file(single["sft"].export / "model.safetensors"), before, 2)
+    want_sft = load_file(single["sft"].export / "model.safetensors")
+    assert_same_adam_update(got, want_sft, before, LR, STEPS)
     warm = m.read_records(run_dir / "sft" / "metrics.jsonl")
     assert all(r["sequences"] == 8 for r in warm)  # both ranks' rows: one RL step's 8
     assert_records_match(warm, m.read_records(single["sft"].run_dir / "sft" / "metrics.jsonl"),
@@ -149,7 +138,8 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     # hargo sft under ZeRO-3
     run_dir = tmp_path / "two_ranks_sft_cli" / "sft"
     got = same_parameters(tmp_path, "sft-cli", run_dir / "export")
-    assert_same_update(got, load_file(single["sft-cli"].export / "model.safetensors"), before, 3)
+    want_cli = load_file(single["sft-cli"].export / "model.safetensors")
+    assert_same_adam_update(got, want_cli, before, LR, STEPS)
     assert_records_match(m.read_records(run_dir / "metrics.jsonl"),
                          m.read_records(single["sft-cli"].metrics), ("sequences", "tokens"),
                          ("loss", "nll", "grad_norm"), "hargo sft")
