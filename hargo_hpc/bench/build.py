@@ -36,6 +36,7 @@ the probe builds, the failure is the completion's `compile_error` (not cached); 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
@@ -46,6 +47,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -55,9 +57,12 @@ from hargo_hpc.bench.sandbox import InfraError, Limits, Outcome, base_env, run_s
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.validate import (
     ASM_FILE_DIRECTIVES,
+    LINK_SLACK,
+    NONALLOC_LIMIT,
     SIGNATURE,
     Violation,
     asm_directive_pattern,
+    check_artefact_size,
     check_object,
     check_static_size,
     openmp_symbols,
@@ -75,8 +80,9 @@ ASM_LEXEMES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\\\n])|(/\*)')
 ASM_TEXT_LIMIT = 128 << 20  # bytes of kernel.s read for the scan; more is refused
 COMPILE_FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE of the compile: kernel.s, the objects, the binary
 DATA_REJECTED = 98  # exit status of the build script when `size` finds more than that
+FILE_REJECTED = 97  # ... when kernel.o or kernel.bin is larger than its bound (all sections)
 PROBE_TTL_S = 60.0  # how long a probe's verdict on a toolchain is believed
-PIPELINE = "3"  # in every kernel's cache key: verdicts of earlier build pipelines are not reused
+PIPELINE = "4"  # in every kernel's cache key: verdicts of earlier build pipelines are not reused
 TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 # compiler output that means the machine, not the code, failed - believed only on the
@@ -106,8 +112,10 @@ LOCATED = re.compile(
 )
 LOCATED_ERROR = re.compile(r"^[^\s:]+:\d+(?::\d+)?: (?:fatal )?(?:error|Error):", re.MULTILINE)
 KERNEL_ERROR = re.compile(r"^kernel\.c:\d+(?::\d+)?: (?:fatal )?error:", re.MULTILINE)
-CONFLICT = re.compile(r"^kernel\.c:\d+(?::\d+)?: error: conflicting types for '?gemm'?",
-                      re.MULTILINE)  # fmt: skip
+# gemm's type is the compiler's to judge: kernel.c is compiled with the prototype included, so
+# a definition of another type conflicts with it and a static one follows a non-static one
+CONFLICT = re.compile(r"^kernel\.c:\d+(?::\d+)?: error: (?:conflicting types for|static "
+                      r"declaration of) \W?gemm\W", re.MULTILINE)  # fmt: skip
 MISSING_LIB = re.compile(r"cannot find -l(\S+?):?(?:\s|$)")
 LINK_FLAGS = ["-static", "-fopenmp", "-lm", "-Wl,-z,noexecstack"]
 TRUSTED_LINK_FLAGS = ["-fopenmp", "-lm", "-Wl,-z,noexecstack,-z,now,-z,relro"]
@@ -199,7 +207,7 @@ def harness(cache: CompileCache, compiler: str) -> Harness:
                 if proc.returncode != 0:
                     raise InfraError(f"the harness does not compile: {proc.stderr[:500]}")
             files = {name: str(Path(tmp, name)) for name in ("judge", "kernel_main.o")}
-            entry = cache.store(key, {"verdict": "harness"}, files)
+            entry = cache.store(key, {"verdict": "harness"}, files) or _scratch(key, files)
     else:
         entry = hit[1]
     return Harness(entry / "judge", entry / "kernel_main.o")
@@ -304,12 +312,36 @@ def build_kernel(
         build = Build(att.verdict, att.reason, att.output, None, False, seconds, att.openmp,
                       att.layers, att.unavailable)  # fmt: skip
         if att.verdict == "built":
-            entry = cache.store(key, meta, {"kernel.bin": str(Path(work, "kernel.bin"))})
+            files = {"kernel.bin": str(Path(work, "kernel.bin"))}
+            entry = cache.store(key, meta, files)
+            if entry is None:  # the cache is full of entries in use: the binary is ours alone
+                entry = _scratch(key, files, build if trusted_link is None else None)
             build.binary = entry / "kernel.bin"
         elif att.verdict != "timeout" and att.cacheable:
             cache.store(key, meta)
     build.seconds = time.monotonic() - start
     return build
+
+
+_SCRATCH: dict[str, Path] = {}  # process-lifetime copies of trusted artefacts the cache refused
+
+
+def _scratch(key: str, files: dict[str, str], owner: object | None = None) -> Path:
+    """A private directory holding copies of `files` when the cache has no room for them:
+    removed when `owner` (a candidate's Build) is dropped, or at exit (the harness and the
+    reference, which callers keep by path; one per key)."""
+    if owner is None and key in _SCRATCH and _SCRATCH[key].is_dir():
+        return _SCRATCH[key]
+    path = Path(tempfile.mkdtemp(prefix="hargo-bin-"))
+    os.chmod(path, 0o755)  # the judge's child execs kernel.bin as the sandbox uid
+    for name, src in files.items():
+        shutil.copy2(src, path / name)
+    if owner is None:
+        _SCRATCH[key] = path
+        atexit.register(shutil.rmtree, path, True)
+    else:
+        weakref.finalize(owner, shutil.rmtree, path, True)
+    return path
 
 
 _PROBES: dict[tuple[str, str, tuple[str, ...]], tuple[float, str | None]] = {}
@@ -393,11 +425,15 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
             att.openmp = openmp_symbols(symbols)
             check_object(symbols, sections)
             check_static_size(elf, tc.static_limit)
+            check_artefact_size(elf)
         except Violation as v:
             return _verdict(att, "format_violation", str(v))
         if rc == DATA_REJECTED:  # `size` saw more than readelf: believe the larger
             return _verdict(att, "format_violation", "static data exceeds the limit of "
                             f"{tc.static_limit >> 20} MB")  # fmt: skip
+        if rc == FILE_REJECTED:
+            return _verdict(att, "format_violation", "the kernel's object or binary exceeds "
+                            f"{_file_bound(tc) >> 20} MB over all its sections")  # fmt: skip
     if rc != 0 or not Path(work, "kernel.bin").is_file():
         # the object passed every check: a link failure is suspected to be the toolchain's
         att.link_output = res.output
@@ -416,16 +452,26 @@ def _object_script(tc: _Toolchain, link: list[str]) -> str:
     link_cmd = f"{cc} kernel.o kernel_main.o {shlex.join(link)} -o kernel.bin || exit 20"
     if tc.trusted_link is not None:
         return f"{cc} -c kernel.s -o kernel.o || exit 10\n{link_cmd}\n"
+    bound = _file_bound(tc)
+    guard = 'n=$(wc -c < {0}) && [ "$n" -le ' + f'{bound} ] || exit {FILE_REJECTED}\n'
     return (
         f"{cc} -c kernel.s -o kernel.as.o || exit 10\n"
         f"{partial} kernel.as.o -o kernel.r.o || exit 11\n"
         "objcopy --keep-global-symbol=gemm kernel.r.o kernel.o || exit 12\n"
         "readelf -s -S -W kernel.o > kernel.elf || exit 13\n"
+        + guard.format("kernel.o") +
         "set -- $(size kernel.o 2>/dev/null | tail -n 1)\n"
         f'case "$4" in ""|*[!0-9]*) ;; *) [ "$4" -le {tc.static_limit} ] || exit '
         f"{DATA_REJECTED};; esac\n"
         f"{link_cmd}\n"
+        + guard.format("kernel.bin")
     )
+
+
+def _file_bound(tc: _Toolchain) -> int:
+    """The most bytes kernel.o and kernel.bin may hold, all sections: the static data, the
+    non-allocated sections and what the static link adds."""
+    return tc.static_limit + NONALLOC_LIMIT + LINK_SLACK
 
 
 def scan_assembly(path: Path, static_limit: int) -> str | None:

@@ -10,7 +10,13 @@ Bounded: after a store, at most every `scan_interval_s` per process and root, th
 measured and, above `max_bytes` or `max_entries`, the least recently used entries (by the mtime
 of their ``meta.json``, refreshed by `load` at most once a minute) are evicted until it is back
 under 90 % of both bounds.  Entries used within `min_age_s` (longer than a request's deadline:
-a worker may be about to exec its binary) are never evicted, so the bound is soft.  Eviction is
+a worker may be about to exec its binary) are never evicted.  So that the cache never holds
+more than `max_bytes`, `store` first checks that the entry fits: by the total of the last scan
+plus what this process stored since (a fresh scan, and eviction, when that says no); an entry
+that still does not fit is not published and `store` returns None (the build keeps its binary
+in a scratch directory of its own).  Workers storing at the same moment each count only their
+own stores since their last scan, so together they can pass the bound by at most one entry each
+(every entry is bounded: see build.py).  Eviction is
 safe under concurrent workers: an entry is first renamed aside (``.evict-*``, atomic: a
 concurrent reader sees the whole entry or nothing, i.e. a miss) and only then removed.
 """
@@ -37,6 +43,7 @@ MIN_AGE_S = 900.0  # entries used more recently are never evicted
 SCAN_INTERVAL_S = 60.0  # the cache is measured at most this often per process and root
 STALE_S = 3600.0  # temporary and evicted directories older than this are removed by a scan
 _LAST_SCAN: dict[str, float] = {}
+_TOTAL: dict[str, int] = {}  # bytes in the cache by the last scan + this process's stores since
 
 
 def cache_key(*parts: str) -> str:
@@ -101,25 +108,43 @@ class CompileCache:
                 os.utime(meta_path)
         return meta, path
 
-    def store(self, key: str, meta: dict, files: dict[str, str] | None = None) -> Path:
-        """Publish an entry atomically; returns the published directory (ours or a winner's).
+    def store(self, key: str, meta: dict, files: dict[str, str] | None = None) -> Path | None:
+        """Publish an entry atomically; returns the published directory (ours or a winner's),
+        or None when the entry does not fit under `max_bytes` (nothing is published).
 
         `files` maps names inside the entry to paths to copy in; `meta["files"]` lists them.
         Then, at most every `scan_interval_s`, evicts old entries beyond the bounds.
         """
         final = self.entry(key)
+        root = str(self.root)
+        size = sum(os.path.getsize(src) for src in (files or {}).values()) + 4096  # + meta
+        if not self._room(size):
+            return None
         with publish_directory(final) as tmp:
             for name, src in (files or {}).items():
                 shutil.copy2(src, tmp / name)
             meta = {**meta, "files": sorted(files or {})}
             (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True))
-        root = str(self.root)
+        _TOTAL[root] = _TOTAL.get(root, 0) + size
         now = time.monotonic()
         if now - _LAST_SCAN.get(root, -1e18) >= self.scan_interval_s:
             _LAST_SCAN[root] = now
             with contextlib.suppress(OSError):
                 self.evict(keep=final)
         return final
+
+    def _room(self, size: int) -> bool:
+        """Whether `size` more bytes fit under `max_bytes`: by this process's count, else after
+        a scan that evicts what may be evicted."""
+        root = str(self.root)
+        if size > self.max_bytes:
+            return False
+        if root in _TOTAL and _TOTAL[root] + size <= self.max_bytes:
+            return True
+        _LAST_SCAN[root] = time.monotonic()
+        with contextlib.suppress(OSError):
+            self.evict(need=size)
+        return _TOTAL.get(root, 0) + size <= self.max_bytes
 
     def entries(self) -> list[_Entry]:
         """Every published entry with its last use and size (removing stale leftovers)."""
@@ -142,15 +167,19 @@ class CompileCache:
                 found.append(_Entry(path, used, size))
         return found
 
-    def evict(self, keep: Path | None = None) -> list[Path]:
-        """Remove least recently used entries until both bounds hold with 10 % to spare
-        (none used within `min_age_s`, never `keep`); returns the entries removed."""
+    def evict(self, keep: Path | None = None, need: int = 0) -> list[Path]:
+        """Remove least recently used entries until both bounds hold with 10 % to spare, and
+        `need` more bytes fit (none used within `min_age_s`, never `keep`); returns the entries
+        removed. Records the total left for `store`'s check."""
         entries = self.entries()
         total = sum(e.size for e in entries)
         count = len(entries)
-        if total <= self.max_bytes and count <= self.max_entries:
+        root = str(self.root)
+        _TOTAL[root] = total
+        if total + need <= self.max_bytes and count <= self.max_entries:
             return []
-        want_bytes, want_count = int(self.max_bytes * 0.9), int(self.max_entries * 0.9)
+        want_bytes = min(int(self.max_bytes * 0.9), self.max_bytes - need)
+        want_count = int(self.max_entries * 0.9)
         removed = []
         cutoff = time.time() - self.min_age_s
         for e in sorted(entries, key=lambda e: (e.used, e.path.name)):
@@ -170,6 +199,7 @@ class CompileCache:
             total -= e.size
             count -= 1
             removed.append(e.path)
+        _TOTAL[root] = total
         return removed
 
 

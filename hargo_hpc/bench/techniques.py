@@ -16,8 +16,12 @@ is caught after compiling, on the object's OpenMP runtime symbols (see validate.
 
 from __future__ import annotations
 
+import bisect
 import re
 
+# completions longer than this (characters of the extracted code) are refused by
+# validate.check_source before any other check; the detector reads no further
+MAX_CODE_BYTES = 256 << 10
 TECHNIQUES = ("openmp", "simd", "blocking", "unrolling")
 ALIASES = {
     "openmp": "openmp", "omp": "openmp", "threads": "openmp", "threading": "openmp",
@@ -60,7 +64,7 @@ LEXEMES = re.compile(
     r"(?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))"
     rf"|(?P<header>(?P<hprefix>(?:#{_GAP}(?:include(?:_next)?|import|embed)|"
     rf"__has_include(?:_next)?{_GAP}\(){_GAP})(?P<hname><[^>\n]*>))"
-    r'|(?P<raw>(?<![\w])(?:u8|u|U|L)?R"(?P<delim>[^()\\\s"]{0,16})\((?P<rbody>.*?)\)(?P=delim)")'
+    r'|(?P<raw>(?<![\w])(?:u8|u|U|L)?R"(?P<delim>[^()\\\s"]{0,16})\((?P<rbody>.*?)(?:\)(?P=delim)"|\Z))'
     r'|(?P<string>(?:(?<![\w])(?:u8|u|U|L))?"(?P<sbody>(?:\\.|[^"\\\n])*)"?)'
     r"|(?P<char>'(?:\\.|[^'\\\n])*'?)",
     re.DOTALL,
@@ -107,28 +111,31 @@ def string_literals(code: str) -> list[str]:
     return out
 
 
+# `#pragma omp` constructs that run code on more than one thread (or offload it): calls such as
+# omp_get_wtime() or omp_get_max_threads() are not threading, and neither is `omp simd`
 OMP_THREADING = re.compile(
-    r"#\s*pragma\s+omp\s+"
+    r"#[ \t]*pragma[ \t]+omp[ \t]+"
     r"(?:parallel|for|task|taskloop|sections|single|teams|distribute|target|loop)\b"
-    r"|\bomp_(?:set|get)_\w+\s*\("
+    r"|\bpthread_create[ \t]*\("  # POSIX threads count as threading (alias `threads`)
 )
+# explicit vectors: intrinsic calls and types, vector extensions, SIMD pragmas. Including a header
+# alone is not using it; auto-vectorisation by the compiler is not the kernel's technique
 SIMD = re.compile(
-    r"#\s*include\s*<\s*(?:imm|x86|emm|xmm|pmm|tmm|smm|nmm|wmm|zmm|ammint|arm_neon|arm_sve)\w*\.h\s*>"
-    r"|\b_mm(?:256|512)?_\w+\s*\(|\b__m(?:128|256|512)[di]?\b"
-    r"|#\s*pragma\s+omp\s+(?:[\w ]*\s)?simd\b|#\s*pragma\s+GCC\s+ivdep|\bvector_size\s*\("
-    r"|\bsv(?:float|int)\w*_t\b|\bfloat64x\d_t\b"
+    r"\b_mm(?:256|512)?_\w+[ \t]*\(|\b__m(?:128|256|512)[di]?\b"
+    r"|#[ \t]*pragma[ \t]+omp[ \t]+(?:declare[ \t]+)?(?:[\w \t]{0,200}[ \t])?simd\b"
+    r"|#[ \t]*pragma[ \t]+GCC[ \t]+ivdep|\bvector_size[ \t]*\("
+    r"|\bsv(?:float|int)\w*_t\b|\bfloat64x\d_t\b|\bv(?:fmaq|mlaq|addq|mulq)_f64\b"
 )
-BLOCK_NAME = (
-    r"(?:[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC)[A-Za-z0-9_]*"
-    r"|[a-z_]*(?:block|tile|blk|bs)[a-z0-9_]*)"
+BLOCK_NAME = re.compile(
+    r"[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC)[A-Za-z0-9_]*"
+    r"|[a-z_]*(?:block|tile|blk|bs)[a-z0-9_]*"
 )
-BLOCKING = re.compile(
-    rf"for\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(?:{BLOCK_NAME}|[A-Z][A-Z0-9_]*)\s*\)"
-    rf"|<\s*\w+\s*\+\s*{BLOCK_NAME}|\b(?:MIN|min)\s*\(\s*\w+\s*\+\s*\w+\s*,"
-)
-UNROLL_PRAGMA = re.compile(r"#\s*pragma\s+(?:GCC\s+)?unroll\b")
-LITERAL_STEP = re.compile(r"for\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(\d+)\s*\)")
-OFFSET_INDEX = re.compile(r"\[\s*[^\]]*\+\s*(\d+)\s*\]")
+CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+UNROLL_PRAGMA = re.compile(r"#[ \t]*pragma[ \t]+(?:GCC[ \t]+)?unroll\b")
+TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\S")
+NUMBER = re.compile(r"\d+")
+MAX_LOOPS = 4096  # for-loops analysed per kernel; a kernel has tens
+STEP_BUDGET = 2_000_000  # token steps the loop analysis may take in all, whatever the text
 
 
 def strip_comments(code: str) -> str:
@@ -137,23 +144,236 @@ def strip_comments(code: str) -> str:
     return lex(translation_phases(code), strings=True)
 
 
+class Loop:
+    """One `for` loop of the token stream: its header and body spans, the variable it steps
+    and how (`step`: the step token when the increment is `v += S` / `v = v + S`, else None)."""
+
+    __slots__ = ("end", "header_end", "idents", "start", "step", "var")
+
+    def __init__(self, start: int, header_end: int, end: int, var: str | None,
+                 step: str | None, idents: frozenset[str]) -> None:  # fmt: skip
+        self.start, self.header_end, self.end = start, header_end, end
+        self.var, self.step, self.idents = var, step, idents
+
+
+def _matches(tokens: list[str]) -> list[int]:
+    """For each bracket token the index of its partner (-1 when unbalanced, and for others)."""
+    match = [-1] * len(tokens)
+    stack: list[int] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for i, t in enumerate(tokens):
+        if t in "([{":
+            stack.append(i)
+        elif t in pairs:
+            while stack and tokens[stack[-1]] != pairs[t]:
+                stack.pop()  # an unbalanced opener: left unmatched
+            if stack:
+                match[i], match[stack[-1]] = stack[-1], i
+                stack.pop()
+    return match
+
+
+def _increment(parts: list[list[str]]) -> tuple[str | None, str | None]:
+    """(variable, step) of a for header's increment clause: `v += S` or `v = v + S` (S one
+    token), also as one of several comma-separated increments; (v, None) for `v++`."""
+    var, step = None, None
+    for part in parts:
+        if len(part) == 3 and part[1] == "+=":
+            return part[0], part[2]
+        if len(part) == 5 and part[1] == "=" and part[2] == part[0] and part[3] == "+":
+            return part[0], part[4]
+        if len(part) == 2 and "++" in part:
+            var = var or next(t for t in part if t != "++")
+    return var, step
+
+
+def _split_commas(tokens: list[str]) -> list[list[str]]:
+    parts: list[list[str]] = [[]]
+    depth = 0
+    for t in tokens:
+        depth += (t in "([{") - (t in ")]}")
+        if t == "," and depth == 0:
+            parts.append([])
+        else:
+            parts[-1].append(t)
+    return parts
+
+
+def _join_operators(tokens: list[str]) -> list[str]:
+    """`+` `=` -> `+=`, `+` `+` -> `++` (the tokeniser splits punctuators into characters)."""
+    out: list[str] = []
+    for t in tokens:
+        if out and (out[-1], t) in (("+", "="), ("+", "+")):
+            out[-1] += t
+        else:
+            out.append(t)
+    return out
+
+
+def loops(tokens: list[str], match: list[int]) -> list[Loop]:
+    """The for-loops of `tokens` (at most MAX_LOOPS, within STEP_BUDGET steps)."""
+    found: list[Loop] = []
+    budget = STEP_BUDGET
+    n = len(tokens)
+    for t in range(n - 1):
+        if tokens[t] != "for" or tokens[t + 1] != "(" or match[t + 1] < 0:
+            continue
+        close = match[t + 1]
+        header = tokens[t + 2 : close]
+        budget -= len(header)
+        clauses, depth, cur = [], 0, []  # the three clauses at depth 0
+        for tok in header[:512]:
+            depth += (tok in "([{") - (tok in ")]}")
+            if tok == ";" and depth == 0:
+                clauses.append(cur)
+                cur = []
+            else:
+                cur.append(tok)
+        clauses.append(cur)
+        var, step = (_increment(_split_commas(_join_operators(clauses[2])))
+                     if len(clauses) == 3 else (None, None))  # fmt: skip
+        # the body: a braced block, or one statement up to its ';' (brackets jumped)
+        i = close + 1
+        if i < n and tokens[i] == "{" and match[i] > 0:
+            end = match[i]
+        else:
+            while i < n and tokens[i] != ";" and budget > 0:
+                if tokens[i] in "([{" and match[i] > i:
+                    i = match[i]
+                i += 1
+                budget -= 1
+            end = i
+        idents = frozenset(x for x in header[:512] if x[0].isalpha() or x[0] == "_")
+        found.append(Loop(t, close, end, var, step, idents))
+        if len(found) >= MAX_LOOPS or budget <= 0:
+            break
+    return found
+
+
+def gemm_dimensions(tokens: list[str], match: list[int]) -> set[str]:
+    """The names of gemm's int parameters (`M`, `N`, `K` as usually spelled): a loop stepping
+    by one of them walks rows, it does not tile."""
+    for t in range(len(tokens) - 1):
+        if tokens[t] == "gemm" and tokens[t + 1] == "(" and match[t + 1] > 0:
+            close = match[t + 1]
+            if close + 1 < len(tokens) and tokens[close + 1] == "{":
+                names = set()
+                for part in _split_commas(tokens[t + 2 : close][:256]):
+                    words = [w for w in part if w[0].isalpha() or w[0] == "_"]
+                    if words and "*" not in part and "[" not in part:
+                        names.add(words[-1])
+                return names
+    return {"M", "N", "K"}
+
+
+def named_constants(tokens: list[str]) -> set[str]:
+    """Names the code defines as a number: `#define BS 64`, `enum { BS = 64 }`,
+    `const int BS = 64` (the first few thousand tokens of each kind suffice)."""
+    names = set()
+    for t in range(len(tokens) - 2):
+        a, b, c = tokens[t], tokens[t + 1], tokens[t + 2]
+        if a == "define" and t and tokens[t - 1] == "#" and NUMBER.match(c):
+            names.add(b)
+        elif b == "=" and NUMBER.match(c) and (a[0].isalpha() or a[0] == "_"):
+            back = tokens[max(0, t - 6) : t]
+            if "const" in back or "enum" in back:
+                names.add(a)
+    return names
+
+
+def _offset_positions(tokens: list[str]) -> dict[int, list[int]]:
+    """Positions of `]` closing an index that ends in `+ d` (d a literal), by d."""
+    out: dict[int, list[int]] = {}
+    for i in range(2, len(tokens)):
+        if tokens[i] == "]" and tokens[i - 2] == "+" and tokens[i - 1].isdigit():
+            out.setdefault(int(tokens[i - 1]), []).append(i)
+    return out
+
+
+def _within(positions: list[int], lo: int, hi: int) -> bool:
+    k = bisect.bisect_left(positions, lo)
+    return k < len(positions) and positions[k] <= hi
+
+
+def structure(src: str) -> tuple[bool, bool]:
+    """(blocking, unrolling) from the loop structure of `src` (comments and strings removed).
+
+    blocking: a for loop steps by a tile size: a named constant (`#define BS 64`, an upper-case
+    or block-like name such as `NB`, `TILE`, `MR`) that is not one of gemm's dimensions, or a
+    variable (a run-time block size) when a loop nested in it is bounded by its variable
+    (`for (ii...; ii += bs) for (i = ii; i < ii + bs...)`); or an inner bound `i < ii + BS`,
+    `MIN(ii + BS, M)`. A step by a dimension (`ia += K`, `p += N`) walks rows: not blocking.
+    unrolling: a for loop stepping by a literal 2..16 whose body indexes `[x + 1]` and
+    `[x + 2]`."""
+    tokens = _join_operators(TOKEN.findall(src))
+    match = _matches(tokens)
+    dims = gemm_dimensions(tokens, match)
+    consts = named_constants(tokens) - dims
+    offsets = _offset_positions(tokens)
+    blocking = unrolling = False
+    stack: list[Loop] = []
+    tile_vars: dict[str, int] = {}  # variables of enclosing loops that step by a variable
+    for loop in loops(tokens, match):
+        while stack and stack[-1].end < loop.start:
+            gone = stack.pop()
+            if gone.var in tile_vars:
+                tile_vars[gone.var] -= 1
+        if any(tile_vars.get(v) for v in loop.idents):
+            blocking = True
+        step = loop.step
+        if step is not None and loop.var is not None:
+            if step.isdigit():
+                if 2 <= int(step) <= 16 and _within(offsets.get(1, []), loop.start, loop.end) \
+                        and _within(offsets.get(2, []), loop.start, loop.end):  # fmt: skip
+                    unrolling = True
+            elif step not in dims and (step[0].isalpha() or step[0] == "_"):
+                if step in consts or BLOCK_NAME.fullmatch(step) \
+                        or CONSTANT_NAME.fullmatch(step):  # fmt: skip
+                    blocking = True
+                else:
+                    tile_vars[loop.var] = tile_vars.get(loop.var, 0) + 1
+        stack.append(loop)
+    for i in range(len(tokens) - 4):
+        a, b, c, d = tokens[i], tokens[i + 1], tokens[i + 2], tokens[i + 3]
+        if a == "<" and c == "+" and d not in dims and BLOCK_NAME.fullmatch(d):
+            blocking = True  # i < ii + BS
+        elif a in ("MIN", "min") and b == "(" and tokens[i + 3] == "+" \
+                and tokens[i + 4] not in dims and i + 5 < len(tokens) \
+                and tokens[i + 5] == ",":  # fmt: skip
+            blocking = True  # MIN(ii + BS, M)
+    return blocking, unrolling
+
+
 def detect_techniques(code: str) -> list[str]:
-    """The techniques `code` uses, in the order of TECHNIQUES."""
-    src = strip_comments(code)
+    """The techniques `code` uses, in the order of TECHNIQUES. Bounded: only the first
+    MAX_CODE_BYTES characters are read (validate refuses longer code), every pattern is linear
+    and the loop analysis has a fixed budget."""
+    src = strip_comments(code[:MAX_CODE_BYTES])
     found = set()
     if OMP_THREADING.search(src):
         found.add("openmp")
     if SIMD.search(src):
         found.add("simd")
-    if BLOCKING.search(src):
+    blocking, unrolling = structure(src)
+    if blocking:
         found.add("blocking")
-    steps = {int(s) for s in LITERAL_STEP.findall(src)}
-    offsets = {int(s) for s in OFFSET_INDEX.findall(src)}
-    if UNROLL_PRAGMA.search(src) or (
-        any(2 <= s <= 16 for s in steps) and {1, 2} <= offsets
-    ):
+    if unrolling or UNROLL_PRAGMA.search(src):
         found.add("unrolling")
     return [t for t in TECHNIQUES if t in found]
+
+
+def drop_comments(text: str) -> str:
+    """`text` without `/* ... */` comments (an unterminated one runs to the end), in one pass
+    with str.find (COMMENT.sub is quadratic on many unterminated `/*`)."""
+    out, pos = [], 0
+    while (start := text.find("/*", pos)) >= 0:
+        out.append(text[pos:start])
+        end = text.find("*/", start + 2)
+        if end < 0:
+            return "".join(out)
+        pos = end + 2
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def normalise_forbidden(names: list[str] | None) -> list[str]:

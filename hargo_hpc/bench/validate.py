@@ -1,7 +1,9 @@
 """Validation: what makes a completion a `format_violation`, before and after compiling.
 
-Before compiling (`check_source`): C++ instead of C; includes other than `<system headers>`
-outside the forbidden list; a missing or wrongly typed ``gemm``; SQD-forbidden techniques.
+Before compiling (`check_source`): code over `techniques.MAX_CODE_BYTES` (first: every check is
+linear, but none need read more); C++ instead of C; includes other than `<system headers>`
+outside the forbidden list; no definition of ``gemm`` at all (its type is the compiler's to judge:
+the build includes the prototype); SQD-forbidden techniques.
 
 After compiling the kernel alone, on ``readelf -s -S -W`` of the object whose symbols other than
 ``gemm`` the build made local (``objcopy --keep-global-symbol=gemm``: helpers and scratch arrays
@@ -14,7 +16,10 @@ need no ``static``, and cannot interpose on anything):
     ``.fini``, or a section of such a type under any name);
   - `check_static_size`: the allocated sections (code, ``.data``, ``.bss``, ``.rodata``, TLS, ...)
     and common symbols together within a limit (a 200 MB table is refused before it is linked
-    or cached).
+    or cached);
+  - `check_artefact_size`: the non-allocated sections (never loaded: ``.comment``, debug info, an
+    asm statement's ``.section x,""`` filled with ``.fill``) within NONALLOC_LIMIT, so the
+    object, the binary and its cache entry are bounded over all sections.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from hargo_hpc.bench.techniques import COMMENT, lex, string_literals, translation_phases
+from hargo_hpc.bench.extract import DEFINES_GEMM
+from hargo_hpc.bench.techniques import (
+    MAX_CODE_BYTES,
+    drop_comments,
+    lex,
+    string_literals,
+    translation_phases,
+)
 
 KERNEL = "gemm"
 SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -30,20 +42,21 @@ SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, do
 FORBIDDEN_HEADERS = re.compile(
     r"^(?:cblas|lapacke?|mkl.*|openblas.*|blis.*|f77blas|clapack|dlfcn|spawn|netdb|ifaddrs|"
     r"sys/(?:socket|ptrace|syscall|mman|wait|prctl|resource|ipc|shm|msg|sem|stat|file|ioctl)|"
-    r"syscall|fcntl|signal|setjmp|pthread|threads|sched|netinet/.*|arpa/.*|linux/.*|asm/.*)\.h$"
+    r"syscall|fcntl|signal|setjmp|threads|sched|netinet/.*|arpa/.*|linux/.*|asm/.*)\.h$"
 )
 CPP_MARKERS = re.compile(
     r"\bstd::|\btemplate\s*<|\bnamespace\s+\w|\bclass\s+\w+\s*[{:]|extern\s+\"C\"|\bnullptr\b"
     r"|\bstatic_cast\s*<|\breinterpret_cast\s*<|#\s*include\s*<(?:iostream|vector|algorithm|"
     r"cstdio|cstdlib|cmath|cstring|string|memory|thread|array|chrono)>|\bnew\s+\w+\s*\["
 )
-INCLUDE = re.compile(r"^\s*#\s*(include|include_next|import|embed)\b\s*(.*)$", re.MULTILINE)
+# blanks within a line only ([ \t\f\v], not \s): `^\s*#` restarts at every line of a run of blank
+# lines and is quadratic on them (40 KB of newlines: 2.5 s)
+INCLUDE = re.compile(r"^[ \t\f\v]*#[ \t\f\v]*(include|include_next|import|embed)\b[ \t\f\v]*(.*)$",
+                     re.MULTILINE)
 # `#line N "file"` and GNU line markers `# N "file"`: gcc's diagnostics would then quote that
 # file's line N into the record (a file read one line per request); no kernel needs them
-LINE_DIRECTIVE = re.compile(r"^\s*#\s*(?:line\b|\d)", re.MULTILINE)
-DEFINITION = re.compile(r"\b(\w[\w\s\*]*?)\bgemm\s*\(([^;{)]*)\)\s*\{", re.DOTALL)
-EXPECTED_PARAMS = ["int", "int", "int", "const double*", "const double*", "double*"]
-QUALIFIERS = {"restrict", "__restrict", "__restrict__", "register"}
+LINE_DIRECTIVE = re.compile(r"^[ \t\f\v]*#[ \t\f\v]*(?:line\b|\d)", re.MULTILINE)
+MAIN = re.compile(r"\bmain\s*\([^;{()]*\)\s*\{")  # each attempt stops at the next paren: linear
 # assembler directives that read files or build directive names by macro
 ASM_FILE_DIRECTIVES = ("incbin", "include", "macro", "irpc?", "rept", "altmacro", "purgem")
 
@@ -60,10 +73,20 @@ ESCAPE = re.compile(r"\\(?:x([0-9A-Fa-f]+)|([0-7]{1,3})|u([0-9A-Fa-f]{4})|U([0-9
 SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "v": "\v", "f": "\f", "a": "\a", "b": "\b",
                   "e": "\x1b"}  # fmt: skip
 ATTRIBUTE = re.compile(r"\b(?:__attribute__|__attribute|__declspec)\s*\(")
-C2X_ATTRIBUTE = re.compile(r"\[\[.*?\]\]", re.DOTALL)
 CTOR_TYPES = {"INIT_ARRAY": ".init_array", "FINI_ARRAY": ".fini_array",
               "PREINIT_ARRAY": ".preinit_array"}  # fmt: skip
 OPENMP_RUNTIME = ("omp_", "GOMP_", "__kmpc_")
+# the runtime entries that start threads: a parallel region (also `parallel for`, `sections`,
+# `loop` and the combined constructs: GOMP_parallel*), host teams, LLVM's fork calls. A kernel
+# that only calls omp_get_wtime() or omp_get_max_threads() runs on one thread. pthread_create is
+# threading too: the technique `openmp` is "threads" (its aliases: threads, parallel, ...)
+OPENMP_THREADING = ("GOMP_parallel", "GOMP_teams", "__kmpc_fork_call", "__kmpc_fork_teams",
+                    "pthread_create")
+# non-allocated sections (.comment, .note*, .symtab, debug info, a `.section x,""` of an asm
+# statement): nothing at run time reads them, but they fill the object, the binary and the cache
+NONALLOC_LIMIT = 8 << 20
+# what `-static` adds to the kernel's own bytes (libc, libm, libgomp: about 2 MB today)
+LINK_SLACK = 32 << 20
 CTOR_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
 # sections that make the linker ask for a program interpreter or dynamic linking: the kernel's
 # binary is static, and an interpreter it names would be loaded (or fail to load) at exec
@@ -87,6 +110,18 @@ ALLOWED_UNDEFINED = LIBM | {
     "stdout", "stderr", "__printf_chk", "__fprintf_chk", "sprintf", "snprintf",
     "__sprintf_chk", "__snprintf_chk", "abs", "labs", "llabs", "qsort",
     "sleep", "usleep", "nanosleep",
+    # clocks (an autotuning kernel times its candidates; vDSO or allowed system calls) and
+    # sysconf (cache sizes come from cpuid; processor counts from the affinity mask)
+    "clock_gettime", "clock", "gettimeofday", "time", "sysconf",
+    # POSIX threads, like OpenMP: at most the uid's RLIMIT_NPROC, on the run's CPUs, under the
+    # CPU-time tripwire (no pthread_kill/cancel/setaffinity: signals and re-pinning)
+    "pthread_create", "pthread_join", "pthread_self", "pthread_equal", "pthread_once",
+    "pthread_attr_init", "pthread_attr_destroy", "pthread_attr_setstacksize",
+    "pthread_mutex_init", "pthread_mutex_destroy", "pthread_mutex_lock", "pthread_mutex_trylock",
+    "pthread_mutex_unlock", "pthread_cond_init", "pthread_cond_destroy", "pthread_cond_wait",
+    "pthread_cond_signal", "pthread_cond_broadcast", "pthread_barrier_init",
+    "pthread_barrier_destroy", "pthread_barrier_wait", "pthread_spin_init",
+    "pthread_spin_destroy", "pthread_spin_lock", "pthread_spin_unlock", "sched_yield",
     "_GLOBAL_OFFSET_TABLE_", "__cpu_model", "__cpu_indicator_init",
 }  # fmt: skip
 ALLOWED_PREFIXES = OPENMP_RUNTIME
@@ -127,12 +162,24 @@ def strip_attributes(src: str) -> tuple[str, list[str]]:
         pos = i
     out.append(src[pos:])
     text = "".join(out)
-    found += C2X_ATTRIBUTE.findall(text)
-    return C2X_ATTRIBUTE.sub(" ", text), found
+    out, pos = [], 0  # [[...]]: str.find, linear (a lazy regex is quadratic on many "[[")
+    while (start := text.find("[[", pos)) >= 0:
+        end = text.find("]]", start + 2)
+        if end < 0:
+            break
+        found.append(text[start + 2 : end])
+        out.append(text[pos:start] + " ")
+        pos = end + 2
+    out.append(text[pos:])
+    return "".join(out), found
 
 
 def check_source(code: str, language: str = "c") -> None:
     """Raise Violation when `code` breaks the kernel contract before compiling."""
+    size = len(code.encode("utf-8", "surrogatepass"))
+    if size > MAX_CODE_BYTES:  # before any other check: every one below is linear, but no need
+        raise Violation(f"the code is {size >> 10} KB, over the limit of {MAX_CODE_BYTES >> 10} KB "
+                        "(techniques.MAX_CODE_BYTES)")  # fmt: skip
     if "\0" in code:
         raise Violation("the code contains a NUL character")
     phased = translation_phases(code)  # trigraphs, line splices, digraphs, _Pragma
@@ -143,7 +190,7 @@ def check_source(code: str, language: str = "c") -> None:
     for literal in string_literals(phased):
         text = unescape(literal)
         # the assembler drops /* comments */: ".inc/**/bin" is .incbin to it
-        asm = ASM_DIRECTIVE.search(text) or ASM_DIRECTIVE.search(COMMENT.sub("", text))
+        asm = ASM_DIRECTIVE.search(text) or ASM_DIRECTIVE.search(drop_comments(text))
         if asm:
             raise Violation(f"assembler directive .{asm.group(1)} is not allowed")
     if LINE_DIRECTIVE.search(no_comments):
@@ -157,41 +204,20 @@ def check_source(code: str, language: str = "c") -> None:
         header = m.group(1)
         if header.startswith("/") or ".." in header or FORBIDDEN_HEADERS.match(header):
             raise Violation(f"forbidden header <{header}>")
-    if re.search(r"\bmain\s*\([^;]*\)\s*\{", src):
+    if MAIN.search(src):
         raise Violation("the code defines main; the harness owns it")
     src, attributes = strip_attributes(src)
     if any(re.search(r"\b_*(?:constructor|destructor|ifunc)_*\b", a) for a in attributes):
         raise Violation("constructors, destructors and ifunc resolvers are not allowed")
-    definitions = DEFINITION.findall(src)
-    if not definitions:
+    if any(re.search(r"\b_*target_clones_*\b", a) for a in attributes):
+        raise Violation("__attribute__((target_clones)) is not allowed: it makes an ifunc resolver "
+                        "that runs when the binary loads, outside any call of gemm; the kernel "
+                        "is compiled for this node already (-march=native), and "
+                        "__attribute__((target(...))) on a function is fine")  # fmt: skip
+    # only "is there a definition at all": its type is the compiler's to judge (the prototype
+    # is included: "conflicting types" and a static gemm are format violations, see build.py)
+    if not DEFINES_GEMM.search(src):
         raise Violation(f"no definition of {SIGNATURE}")
-    ret, params = definitions[-1]
-    ret_words = ret.split()
-    if not ret_words or ret_words[-1] != "void" or "static" in ret_words:
-        raise Violation(f"gemm must be declared as {SIGNATURE}")
-    got = [normalise_param(p) for p in params.split(",")]
-    if got != EXPECTED_PARAMS:
-        raise Violation(f"gemm has parameters ({', '.join(got)}); expected {SIGNATURE}")
-
-
-def normalise_param(param: str) -> str:
-    """'const double *restrict A' -> 'const double*'; 'const int M' -> 'int'."""
-    text = param.replace("*", " * ").replace("[", " [ ").replace("]", " ] ")
-    words = [w for w in text.split() if w not in QUALIFIERS]
-    if words and words[-1] == "]" and "[" in words:  # double A[] -> double *A
-        cut = words.index("[")
-        words = [*words[: cut - 1], "*", words[cut - 1]]
-    if len(words) >= 2 and re.fullmatch(r"[A-Za-z_]\w*", words[-1]) and words[-1] not in {
-        "int", "double", "const", "void", "float", "long", "char",
-    }:
-        words = words[:-1]  # drop the parameter name
-    while words and words[-1] == "const":  # double *const A
-        words = words[:-1]
-    stars = words.count("*")
-    base = [w for w in words if w != "*"]
-    if stars == 0:
-        base = [w for w in base if w != "const"]
-    return " ".join(base) + "*" * stars
 
 
 def check_forbidden(techniques: list[str], forbidden: list[str]) -> None:
@@ -280,10 +306,31 @@ def check_static_size(text: str, limit: int) -> None:
                         f"{limit / 2**20:.0f} MB (allocate large buffers with malloc)")  # fmt: skip
 
 
+def nonalloc_bytes(text: str) -> tuple[int, str]:
+    """Bytes the object's non-allocated sections hold in the file (all but NOBITS), and the
+    largest one's name, from ``readelf -S -W`` output."""
+    rows = [s for s in section_table(text) if "A" not in s.flags and s.type != "NOBITS"]
+    largest = max(rows, key=lambda s: s.size, default=None)
+    return sum(s.size for s in rows), largest.name if largest else ""
+
+
+def check_artefact_size(text: str, limit: int = NONALLOC_LIMIT) -> None:
+    """Raise Violation when the non-allocated sections (in the file, never loaded) exceed
+    `limit`: with check_static_size every section of the object is bounded."""
+    size, largest = nonalloc_bytes(text)
+    if size > limit:
+        raise Violation(f"non-allocated sections of {size / 2**20:.0f} MB (largest {largest}) "
+                        f"exceed the limit of {limit / 2**20:.0f} MB: nothing at run time reads "
+                        "them")  # fmt: skip
+
+
 def openmp_symbols(symbols: list[tuple[str, str, str, str]]) -> list[str]:
-    """The OpenMP runtime functions the object calls (``GOMP_parallel``, ``omp_get_num_threads``,
-    ...): the compiler's own record of an OpenMP region, however the pragma was spelled."""
-    return sorted({n for n, _, _, ndx in symbols if ndx == "UND" and n.startswith(OPENMP_RUNTIME)})
+    """The OpenMP runtime functions the object calls that start threads (``GOMP_parallel``,
+    ``GOMP_parallel_loop_*``, ``GOMP_teams*``, ``__kmpc_fork_call``): the compiler's own record of
+    a parallel region, however the pragma was spelled. ``omp_get_wtime`` and the other queries
+    are not threading."""
+    return sorted({n for n, _, _, ndx in symbols
+                   if ndx == "UND" and n.startswith(OPENMP_THREADING)})  # fmt: skip
 
 
 def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) -> None:

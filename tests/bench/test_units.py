@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from hargo_hpc.bench.validate import (
     Violation,
     check_object,
     check_source,
-    normalise_param,
     parse_readelf,
 )
 
@@ -53,23 +51,6 @@ def test_extract_unterminated_fence_and_think() -> None:
     assert ex is not None and "bogus" not in ex.code and "C[0] = 1" in ex.code
 
 
-@pytest.mark.parametrize(
-    ("param", "want"),
-    [
-        ("int M", "int"),
-        ("const int M", "int"),
-        ("const double *restrict A", "const double*"),
-        ("const double* __restrict__ A", "const double*"),
-        ("double *const C", "double*"),
-        ("double C[]", "double*"),
-        ("double *C", "double*"),
-        ("float *C", "float*"),
-    ],
-)
-def test_normalise_param(param: str, want: str) -> None:
-    assert normalise_param(param) == want
-
-
 def test_check_source_accepts_common_spellings() -> None:
     check_source(
         "#include <stdlib.h>\n#include <immintrin.h>\n#include <omp.h>\n"
@@ -85,10 +66,10 @@ def test_check_source_accepts_common_spellings() -> None:
         '#include "kernel.h"\n' + SIG + " {}",
         "#include </dev/zero>\n" + SIG + " {}",
         "#include <../../etc/passwd>\n" + SIG + " {}",
-        "int gemm(int M, int N, int K, const double *A, const double *B, double *C) {}",
-        "void gemm(int M, int N, const double *A, const double *B, double *C) {}",
-        "void gemm(long M, int N, int K, const double *A, const double *B, double *C) {}",
-        "void gemm(int M, int N, int K, double *A, const double *B, double *C) {}",
+        # (a gemm of another type is the compiler's to refuse: test_bounded_and_honest.py)
+        "void matmul(int M, int N, int K, const double *A, const double *B, double *C) {}",
+        '__attribute__((target_clones("avx2", "default"))) ' + SIG + " {}",
+        SIG + " {}\n" + "x" * (300 << 10),
         SIG + " {}\nint main() { return 0; }",
         "// " + SIG + " {}",
     ],
@@ -159,17 +140,10 @@ def test_reward_shaping_and_penalties() -> None:
     assert penalty("format_violation", s) == -100 and penalty("compile_error", s) == -40
     assert penalty("timeout", s) == -30 and penalty("runtime_error", s) == -20
     assert penalty("wrong_result", s) == -10 and penalty("infra_error", s) is None
+    # the shape in q, the peak bound and the opt-in reference margin: test_reward.py
     assert shaped_reward(30.0, 0.5, s) == pytest.approx(50.0)  # scaled: % of the reference
-    assert shaped_reward(90.0, 1.5, s) == pytest.approx(100.0)
-    raw = s.model_copy(update={"shaping": "raw", "reward_scale": 0.5})
-    assert shaped_reward(30.0, 0.5, raw) == pytest.approx(15.0)
-    log = s.model_copy(update={"shaping": "log"})
-    assert shaped_reward(60.0, 1.0, log) == pytest.approx(100.0)
-    # ρ = 1/9: 100 ln(1 + 9/9) / ln 10 = 100 log10(2)
-    assert shaped_reward(7.0, 1 / 9, log) == pytest.approx(100 * math.log10(2))
-    assert shaped_reward(10.0, None, s) == 10.0
-    assert is_suspicious(111.0, 100.0, s) and not is_suspicious(109.0, 100.0, s)
-    assert not is_suspicious(1e9, None, s)
+    assert shaped_reward(90.0, 1.5, s) == pytest.approx(100 * (2 - 1 / 1.5))  # 133.3: above it
+    assert is_suspicious(111.0, 110.0, None, s) and not is_suspicious(109.0, 110.0, 10.0, s)
     # pairs (t, u): ratios 2, 0.5, 1 -> median 1; the ratio of medians would be 2/2 too, but
     # one slow pair (t = 8) does not move the paired estimate
     assert speed_ratio([1.0, 2.0, 8.0], [2.0, 1.0, 8.0]) == 1.0
