@@ -28,6 +28,7 @@ class Row:
     median: float | None
     best: float | None
     percent_of_reference: float | None  # median g / median g_ref of the same run
+    reward: float | None = None  # the row's reward (reward.py), as a request would get it
 
 
 def calibrate(
@@ -37,7 +38,8 @@ def calibrate(
     rows: list[Row] = []
     ref_medians: list[float] = []
     best_ref = 0.0
-    label = ""
+    label = kernel = ""
+    peak: dict | None = None
     for name in REFERENCE_KERNELS:
         req = BenchRequest(id=f"calibrate-{name}", completion=kernel_source(name), problem=problem)
         res = run_bench(req, settings, cache_dir=cache_dir)
@@ -45,11 +47,11 @@ def calibrate(
             raise InfraError(f"calibration of {name} failed: {res.reason}")
         g = res.gflops or {}
         pct = 100.0 * res.ratio if res.ratio is not None else None
-        rows.append(Row(name, res.status, g.get("median"), g.get("max"), pct))
+        rows.append(Row(name, res.status, g.get("median"), g.get("max"), pct, res.reward))
         if res.reference_gflops:
             ref_medians.append(res.reference_gflops["median"])
             best_ref = max(best_ref, res.reference_gflops["max"])
-            label = res.reference
+            label, kernel, peak = res.reference, res.reference_kernel, res.peak or peak
     if not ref_medians:
         raise InfraError("no shipped kernel ran: no reference timing to calibrate from")
     ref_medians.sort()
@@ -57,5 +59,6 @@ def calibrate(
     name = label.split(" ")[0] + " (reference)"
     rows.insert(0, Row(name, "ok", median, best_ref, 100.0))
     path = store_roof(allocated_threads(settings), problem.shape,
-                      {"gflops": best_ref, "median": median, "reference": label})  # fmt: skip
+                      {"gflops": best_ref, "median": median, "reference": label,
+                       "reference_kernel": kernel, "peak": peak})  # fmt: skip
     return best_ref, rows, str(path)

@@ -5,23 +5,46 @@ it; the shipped `openmp` kernel where no OpenBLAS is found), "openblas", or the 
 kernel (`hargo_hpc/bench/kernels/<name>.c`). The record's `reference` says which one ran.
 The reference is the project's own code: it is built once per compiler and flags (cached), never
 validated, and run by the judge unfiltered; OpenBLAS is linked dynamically.
+
+OpenBLAS core type.  A DYNAMIC_ARCH OpenBLAS (numpy's scipy-openblas) picks its kernels by cpuid
+family and model; a CPU newer than its tables, or one its build maps to an older core, may get
+an older kernel (Zen 5 with AVX-512 ran the Haswell AVX2 kernel, and an honest AVX-512 kernel
+beat it by 1.5-2x). `openblas_kernel` makes the reference run the best kernel this CPU
+supports: OpenBLAS's own choice when its level (`CORE_LEVEL`: 3 AVX-512, 2 AVX2 + FMA, 1 AVX)
+is that of the CPU's flags (`cpu_level`), else OPENBLAS_CORETYPE set to the first of
+`coretype_candidates` that this OpenBLAS reports back as itself (an older build does not know
+SapphireRapids; a build may map Cooperlake to SkylakeX). An OPENBLAS_CORETYPE in the worker's
+environment always wins. What OpenBLAS reports (`openblas_get_corename`, asked in a fresh
+interpreter with the same library and OPENBLAS_CORETYPE as the run's, once per process: the
+type is fixed when the library loads, from cpuid and that variable only) is the record's
+`reference_kernel`; the type the run set is `reference_coretype` ('' = OpenBLAS's own).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from hargo_hpc.bench.build import build_kernel
 from hargo_hpc.bench.cache import CompileCache
+from hargo_hpc.bench.peak import machine_flags
 from hargo_hpc.bench.roof import openblas_library
 from hargo_hpc.bench.sandbox import InfraError
 from hargo_hpc.bench.settings import BenchSettings
 
 SHIPPED_KERNELS = ("naive", "reordered", "blocked", "openmp", "simd")
 FALLBACK = "openmp"  # portable (no intrinsics) and threaded
+# the DGEMM level of each OpenBLAS x86-64 core name (lower case); other names: 0
+CORE_LEVEL = {"sapphirerapids": 3, "cooperlake": 3, "skylakex": 3, "haswell": 2, "zen": 2,
+              "sandybridge": 1, "bulldozer": 1, "piledriver": 1, "steamroller": 1,
+              "excavator": 1}  # fmt: skip
+SKYLAKEX_FLAGS = frozenset({"avx512f", "avx512cd", "avx512dq", "avx512bw", "avx512vl"})
 
 
 def kernel_source(name: str) -> str:
@@ -33,6 +56,94 @@ def kernel_source(name: str) -> str:
 class Reference:
     label: str  # "openblas (<library file>)" or "kernel:<name>"
     binary: Path
+    kernel: str = ""  # the core name OpenBLAS reports ("SkylakeX"), or "kernel:<name>"
+    coretype: str = ""  # the OPENBLAS_CORETYPE the run sets ('' = OpenBLAS's own choice)
+
+
+def cpu_level(flags: Iterable[str]) -> int:
+    """3: AVX-512 (the Skylake-X set F, CD, DQ, BW, VL), 2: AVX2 + FMA, 1: AVX, 0: older."""
+    f = set(flags)
+    if f >= SKYLAKEX_FLAGS:
+        return 3
+    if {"avx2", "fma"} <= f:
+        return 2
+    return 1 if "avx" in f else 0
+
+
+def coretype_candidates(flags: Iterable[str]) -> list[str]:
+    """OpenBLAS core names of the best level these CPU flags support, best first: SapphireRapids
+    (also amx_bf16, amx_tile, avx512_bf16), Cooperlake (also avx512_bf16), SkylakeX; Haswell;
+    Sandybridge; none below AVX."""
+    f = set(flags)
+    level = cpu_level(f)
+    if level == 3:
+        names = ["SkylakeX"]
+        if "avx512_bf16" in f:
+            names.insert(0, "Cooperlake")
+            if {"amx_bf16", "amx_tile"} <= f:
+                names.insert(0, "SapphireRapids")
+        return names
+    return {2: ["Haswell"], 1: ["Sandybridge"]}.get(level, [])
+
+
+def openblas_kernel(flags: Iterable[str], corename: Callable[[str], str],
+                    env_coretype: str | None = None) -> tuple[str, str]:  # fmt: skip
+    """(OPENBLAS_CORETYPE to set, the core name OpenBLAS then reports) on a CPU with these
+    flags; `corename(t)` is what the library reports with OPENBLAS_CORETYPE=t ('' = unset).
+
+    The environment's type if set; else '' (OpenBLAS's own choice) if that choice is of the
+    CPU's level; else the first of `coretype_candidates` the library reports back as itself;
+    else OpenBLAS's own choice. The name is '' where the library reports none."""
+    if env_coretype:
+        return env_coretype, corename(env_coretype)
+    own = corename("")
+    flags = frozenset(flags)
+    if CORE_LEVEL.get(own.lower(), 0) >= cpu_level(flags):
+        return "", own
+    for name in coretype_candidates(flags):
+        if corename(name).lower() == name.lower():
+            return name, name
+    return "", own
+
+
+_PROBE = """import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+for name in sys.argv[2:]:
+    try:
+        f = getattr(lib, name)
+    except AttributeError:
+        continue
+    f.restype = ctypes.c_char_p
+    print(f().decode())
+    break
+"""
+
+
+def corename_symbols(cblas_symbol: str) -> list[str]:
+    """openblas_get_corename with the prefix and suffix of the library's cblas_dgemm symbol
+    (scipy_cblas_dgemm64_ -> scipy_openblas_get_corename64_), then the plain name."""
+    prefix, _, suffix = cblas_symbol.partition("cblas_dgemm")
+    named = f"{prefix}openblas_get_corename{suffix}"
+    return [named] if named == "openblas_get_corename" else [named, "openblas_get_corename"]
+
+
+@lru_cache(maxsize=32)
+def openblas_corename(lib: str, cblas_symbol: str, coretype: str) -> str:
+    """The core name `lib` reports with OPENBLAS_CORETYPE=coretype ('' = unset), asked in a
+    fresh isolated interpreter (the type is chosen when the library loads); '' if it cannot say
+    (not an OpenBLAS, or it failed)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OPENBLAS_NUM_THREADS": "1",
+           "LC_ALL": "C"}  # fmt: skip
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, lib,
+                               *corename_symbols(cblas_symbol)], env=env, capture_output=True,
+                              text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    words = done.stdout.split()
+    return words[0] if done.returncode == 0 and words else ""
 
 
 def openblas_source() -> tuple[str, list[str], str] | None:
@@ -50,22 +161,31 @@ def openblas_source() -> tuple[str, list[str], str] | None:
 
 
 def reference(settings: BenchSettings, cache: CompileCache, timeout_s: float) -> Reference:
-    """The reference binary for `settings` (built on first use; InfraError if it cannot be)."""
+    """The reference binary for `settings` (built on first use; InfraError if it cannot be),
+    with the OpenBLAS core type its runs set and the core name OpenBLAS reports."""
     choice = settings.reference
     blas = openblas_source() if choice in ("auto", "openblas") else None
     if choice == "openblas" and blas is None:
         raise InfraError("bench.reference is openblas but no trusted OpenBLAS was found "
                          "(numpy's bundled one, or set HARGO_OPENBLAS)")  # fmt: skip
+    coretype = ""
     if blas is not None:
         code, link, name = blas
         label = f"openblas ({name})"
+        lib, symbol = openblas_library() or ("", "")
+        coretype, kernel = openblas_kernel(
+            machine_flags(), lambda t: openblas_corename(lib, symbol, t),
+            os.environ.get("OPENBLAS_CORETYPE"),
+        )
+        kernel = kernel or "unknown (the library reports no core name)"
     else:
-        kernel = FALLBACK if choice == "auto" else choice
-        if kernel not in SHIPPED_KERNELS:
-            raise InfraError(f"bench.reference: no shipped kernel {kernel!r} "
+        shipped = FALLBACK if choice == "auto" else choice
+        if shipped not in SHIPPED_KERNELS:
+            raise InfraError(f"bench.reference: no shipped kernel {shipped!r} "
                              f"(choose auto, openblas, {', '.join(SHIPPED_KERNELS)})")  # fmt: skip
-        code, link, label = kernel_source(kernel), [], f"kernel:{kernel}"
+        code, link, label = kernel_source(shipped), [], f"kernel:{shipped}"
+        kernel = label
     build = build_kernel(code, settings, cache, timeout_s=timeout_s, trusted_link=link)
     if build.verdict != "built" or build.binary is None:
         raise InfraError(f"the reference {label} does not build: {build.reason} {build.output}")
-    return Reference(label, build.binary)
+    return Reference(label, build.binary, kernel, coretype)

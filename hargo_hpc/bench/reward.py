@@ -2,7 +2,7 @@
 
 Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`):
 
-    ok                 shaped GFLOPS (below), or 0 when the run is `suspicious`
+    ok                 shaped speed (below), or 0 when the run is `suspicious`
     format_violation   -100   no code, wrong/missing gemm, forbidden header/symbol/technique
     compile_error       -40
     timeout             -30   compile or run
@@ -10,20 +10,13 @@ Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`
     wrong_result        -10   verification failed, or the inputs were modified
     infra_error        None   the harness/machine failed; never scored, the trainer drops it
 
-Shaping of an `ok` run with median GFLOPS g, the speed ratio q to the trusted reference timed in
-the same run (interleaved, same threads: reference.py, judge.c; `speed_ratio`), ρ = min(q, 1)
-and scale s = `reward_scale`:
-
-    raw     r = s * g                               (machine-dependent: for debugging)
-    scaled  r = s * 100 * ρ                          (default: percent of the reference, 0..100)
-    log     r = s * 100 * ln(1 + 9 ρ) / ln(10)       (0..100, concave: early gains count more)
-
-A run whose median GFLOPS g exceeds reference_margin x the reference's *best* call of the
-same run is flagged `suspicious` and gets reward 0 (a correct kernel does not beat OpenBLAS
-by that much; the best call, not the median, so that a reference slowed by other load does not
-make an honest kernel look impossible), as is one whose CPU time shows it ran outside the timed
-calls. Load on the node and the node's speed slow g and g_ref alike, so ρ cancels them; no
-number measured earlier (a stored roof) enters the reward.
+An `ok` run is rewarded by `shaped_reward` from its speed ratio q to the trusted reference timed
+in the same run (interleaved, same threads: reference.py, judge.c; `speed_ratio`): strictly
+increasing in q over the whole range q >= 0, above the reference too, so no honest kernel faster
+than another gets less. It is `suspicious` (reward 0) only above what no kernel can honestly
+reach: its median GFLOPS over the node's theoretical peak bound (`is_suspicious`, peak.py), or
+CPU time outside the timed calls (runner.py). Load on the node and the node's speed slow g and
+g_ref alike, so q cancels them; no number measured earlier (a stored roof) enters the reward.
 """
 
 from __future__ import annotations
@@ -53,17 +46,40 @@ def speed_ratio(times: Sequence[float], ref_times: Sequence[float]) -> float:
     return statistics.median(u / t for t, u in zip(times, ref_times, strict=True))
 
 
-def is_suspicious(gflops: float, ref_best: float | None, settings: BenchSettings) -> bool:
-    """g > reference_margin x the reference's best call of the run (module docstring)."""
-    return ref_best is not None and gflops > settings.reference_margin * ref_best
+def is_suspicious(gflops: float, peak_bound: float | None, ref_best: float | None,
+                  settings: BenchSettings) -> bool:  # fmt: skip
+    """True when an ok run's median GFLOPS g is above what no kernel can honestly reach:
+
+        g > peak_bound                    (peak_margin x the node's theoretical peak: peak.py)
+        g > reference_margin x ref_best   (only where `reference_margin` is set: off by
+                                           default, the reference may run a generic kernel)
+
+    peak_bound None (not derived) and ref_best None (no reference) check nothing.
+    """
+    if peak_bound is not None and gflops > peak_bound:
+        return True
+    margin = settings.reference_margin
+    return margin is not None and ref_best is not None and gflops > margin * ref_best
 
 
 def shaped_reward(gflops: float, ratio: float | None, settings: BenchSettings) -> float:
-    """Reward of an `ok` run from its GFLOPS g and speed ratio q (see the module docstring)."""
+    """Reward of an `ok` run from its median GFLOPS g and speed ratio q >= 0 to the reference,
+    with scale s = `reward_scale`:
+
+        scaled  r = s * 100 * q               for q <= 1   (default: percent of the reference)
+                r = s * 100 * (2 - 1/q)       for q > 1    (concave, bounded: range [0, 200 s))
+        log     r = s * 100 * log10(1 + 9 q)               (range [0, inf): 100 s at q = 1,
+                                                            127.9 s at q = 2, 166.3 s at q = 5)
+        raw     r = s * g                                  (GFLOPS: machine-dependent, debugging)
+
+    Every shape is strictly increasing in q (raw in g) over its whole range; `scaled` is
+    continuous with a continuous slope at q = 1 (100 s on both sides), so a kernel twice as fast
+    as the reference earns 150 s, five times 180 s. Without a ratio (no reference), raw.
+    """
     s = settings.reward_scale
     if settings.shaping == "raw" or ratio is None:
         return s * gflops
-    rho = min(ratio, 1.0)
+    q = max(ratio, 0.0)
     if settings.shaping == "scaled":
-        return s * 100.0 * rho
-    return s * 100.0 * math.log1p(9.0 * rho) / math.log(10.0)
+        return s * 100.0 * (q if q <= 1.0 else 2.0 - 1.0 / q)
+    return s * 100.0 * math.log10(1.0 + 9.0 * q)

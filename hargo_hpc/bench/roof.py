@@ -1,4 +1,4 @@
-"""The machine's roof: DGEMM GFLOPS of a trusted OpenBLAS, for the plausibility cap.
+"""The machine's roof: DGEMM GFLOPS of a trusted OpenBLAS, measured by calibration for reports.
 
 Stored as JSON at ``$HARGO_ROOF_FILE`` if set, else ``$XDG_CACHE_HOME/hargo-hpc/roof.json``
 (``~/.cache/hargo-hpc/roof.json``), one entry per ``<hostname>/threads=<t>/size=<n>``:

@@ -38,6 +38,7 @@ from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.cgroups import run_cgroup
 from hargo_hpc.bench.cpulocks import cpus_held
 from hargo_hpc.bench.extract import extract_code
+from hargo_hpc.bench.peak import machine_peak
 from hargo_hpc.bench.reference import Reference, kernel_source, reference
 from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward, speed_ratio
 from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
@@ -46,7 +47,7 @@ from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
 from hargo_hpc.bench.uids import leased_uid
 from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
 
-HARNESS_VERSION = "2.0.0"
+HARNESS_VERSION = "2.1.0"  # 2.1: reward rising above the reference, peak bound
 # CPU a call may use beyond wall x threads (wake-up and stop windows), before it is flagged
 CPU_SLACK_S = 0.0002
 JUDGE_FILE_SIZE = 1 << 40  # RLIMIT_FSIZE of the judge: its memfds are files too
@@ -115,7 +116,10 @@ class BenchResult:
     input_keys: list[str] = field(default_factory=list)
     suspicious: bool = False
     reference: str = ""
+    reference_kernel: str = ""
+    reference_coretype: str = ""
     reference_gflops: dict[str, float] | None = None
+    peak: dict[str, Any] | None = None
     ratio: float | None = None
     threads: int = 0
     compiler: str = ""
@@ -193,14 +197,24 @@ def run_bench(
 
 
 def _reward_ok(res: BenchResult, settings: BenchSettings) -> None:
-    """Reward of an `ok` run from its speed ratio to the reference (reward.py); 0 if suspicious."""
+    """Reward of an `ok` run from its speed ratio to the reference (reward.py); 0 if suspicious:
+    above the node's peak bound (peak.py, derived now, recorded in `peak`), or CPU time outside
+    the timed calls (`_timings`)."""
     g = res.gflops["median"]
+    if res.peak is None:
+        res.peak = machine_peak(res.threads, settings.peak_margin).to_dict()
+    bound = res.peak["bound"]
     best = res.reference_gflops["max"] if res.reference_gflops else None
-    if is_suspicious(g, best, settings):
+    if not res.suspicious and is_suspicious(g, bound, best, settings):
         res.suspicious = True
-        res.reason = (f"{g:.1f} GFLOPS, more than {settings.reference_margin:g} x the "
-                      f"reference's best call in the same run ({best:.1f}): "
-                      "not rewarded")  # fmt: skip
+        if g > bound:
+            res.reason = (f"{g:.1f} GFLOPS, more than {settings.peak_margin:g} x this node's "
+                          f"theoretical peak of {res.peak['gflops']:.1f} on {res.threads} "
+                          "thread(s): not rewarded")  # fmt: skip
+        else:
+            res.reason = (f"{g:.1f} GFLOPS, more than reference_margin "
+                          f"{settings.reference_margin:g} x the reference's best call in the "
+                          f"same run ({best:.1f}): not rewarded")  # fmt: skip
     res.reward = 0.0 if res.suspicious else shaped_reward(g, res.ratio, settings)
 
 
@@ -249,7 +263,8 @@ def _run(
             f"(the object calls {', '.join(build.openmp[:3])})"
         )
     ref = reference(settings, cache, max(1.0, deadline - time.monotonic()))
-    res.reference = ref.label
+    res.reference, res.reference_kernel, res.reference_coretype = (ref.label, ref.kernel,
+                                                                   ref.coretype)  # fmt: skip
     judge = harness(cache, resolve_compiler(settings.compiler)).judge
     # one timed run at a time per CPU (cpulocks.py); the wait is not the kernel's time
     with cpus_held(os.sched_getaffinity(0), max(1.0, deadline - time.monotonic())):
@@ -279,8 +294,8 @@ def _execute(
                "OPENBLAS_NUM_THREADS": str(t)}  # fmt: skip
         if settings.proc_bind:
             omp["OMP_PROC_BIND"] = settings.proc_bind
-        if os.environ.get("OPENBLAS_CORETYPE"):
-            omp["OPENBLAS_CORETYPE"] = os.environ["OPENBLAS_CORETYPE"]
+        if ref.coretype:  # the environment's, else the best this CPU supports (reference.py)
+            omp["OPENBLAS_CORETYPE"] = ref.coretype
         limits = Limits(
             wall_s=timeout,
             cpu_s=int(timeout * t) + 1,

@@ -64,10 +64,16 @@ class BenchSettings(BaseModel):
         description="DGEMM timed next to every candidate: auto (numpy's OpenBLAS, else the "
         "shipped openmp kernel), openblas, or a shipped kernel's name",
     )
-    reference_margin: float = Field(
-        1.10, ge=1.0,
-        description="GFLOPS above margin x the reference's of the same run are flagged "
-        "suspicious, not rewarded",
+    reference_margin: float | None = Field(
+        None, ge=1.0,
+        description="off (None) by default; if set, GFLOPS above margin x the reference's best "
+        "call of the same run are also flagged suspicious (the reference may run a generic "
+        "kernel: an honest faster kernel would get 0)",
+    )
+    peak_margin: float = Field(
+        1.25, ge=1.0,
+        description="GFLOPS above margin x the node's theoretical peak (bench/peak.py: threads "
+        "x clock x DP FLOP/cycle, derived at run time) are flagged suspicious, not rewarded",
     )
     untimed_call_timeout_s: float = Field(
         5.0, gt=0, description="limit of each untimed call (warm-up, check) and of start-up"

@@ -16,8 +16,8 @@ from hargo_hpc.bench.roof import load_roof, roof_file
 
 FIELDS = {
     "request_id", "status", "reward", "reason", "code_hash", "problem", "size", "check_size",
-    "gflops", "times_s", "seed", "input_keys", "suspicious", "reference", "reference_gflops",
-    "ratio", "threads", "compiler",
+    "gflops", "times_s", "seed", "input_keys", "suspicious", "reference", "reference_kernel",
+    "reference_coretype", "reference_gflops", "peak", "ratio", "threads", "compiler",
     "compiler_version", "flags", "techniques", "forbidden", "stage", "cache_hit", "compile_s",
     "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable", "harness_version",
 }  # fmt: skip
@@ -35,7 +35,15 @@ def test_reference_kernels_are_ok(name, settings, cache_dir, run_tmp) -> None:
     t, u = rec["times_s"]["all"], rec["times_s"]["reference"]
     ratios = sorted(b / a for a, b in zip(t, u, strict=True))  # 2 pairs: the median is the mean
     assert rec["ratio"] == pytest.approx(sum(ratios) / 2, rel=1e-4)
-    assert rec["reward"] == pytest.approx(100 * min(rec["ratio"], 1.0), rel=1e-4)
+    q = rec["ratio"]  # scaled: 100 q up to the reference, 100 (2 - 1/q) above it
+    assert rec["reward"] == pytest.approx(100 * q if q <= 1 else 100 * (2 - 1 / q), rel=1e-4)
+    # the core OpenBLAS reports it ran, and the peak the run was bounded by
+    assert rec["reference_kernel"] and not rec["reference_kernel"].startswith("unknown")
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        assert rec["reference_coretype"] == os.environ["OPENBLAS_CORETYPE"]
+    peak = rec["peak"]
+    assert peak["cpus"] == rec["threads"] and peak["bound"] >= peak["gflops"] > 0
+    assert rec["gflops"]["median"] < peak["bound"] and not rec["suspicious"]
     assert len(rec["times_s"]["reference"]) == settings.repetitions
     assert set(rec) == FIELDS
     json.dumps(rec)  # JSON-able
@@ -101,15 +109,26 @@ def test_compile_errors_are_cached_too(settings, tmp_path, run_tmp) -> None:
     assert again["status"] == "compile_error" and again["cache_hit"]
 
 
-def test_far_above_the_reference_is_suspicious_and_not_rewarded(settings, cache_dir,
-                                                                 run_tmp) -> None:  # fmt: skip
-    slow_ref = settings.model_copy(update={"reference": "naive", "reference_margin": 1.1,
+def test_far_above_the_reference_is_ok_and_rewarded_above_100(settings, cache_dir,
+                                                              run_tmp) -> None:  # fmt: skip
+    """A kernel much faster than a slow reference (blocked against the shipped naive one) is ok
+    and earns more than the reference's 100: speed above the reference is not suspicious; only
+    the opt-in `reference_margin` makes it so."""
+    slow_ref = settings.model_copy(update={"reference": "naive", "reference_margin": None,
                                            "size": 96})  # fmt: skip
     rec = run_request({"id": "s", "completion": kernel_source("blocked")}, slow_ref,
                       cache_dir=cache_dir)  # fmt: skip
-    assert rec["reference"] == "kernel:naive"
+    assert rec["reference"] == "kernel:naive" == rec["reference_kernel"]
+    assert rec["reference_coretype"] == ""
     assert rec["status"] == "ok" and rec["ratio"] > 1.1, rec
-    assert rec["suspicious"] and rec["reward"] == 0.0 and "reference" in rec["reason"]
+    assert not rec["suspicious"] and rec["reward"] == pytest.approx(
+        100 * (2 - 1 / rec["ratio"]), rel=1e-4)
+    assert rec["reward"] > 100
+    opt_in = slow_ref.model_copy(update={"reference_margin": 1.1})
+    rec = run_request({"id": "s2", "completion": kernel_source("blocked")}, opt_in,
+                      cache_dir=cache_dir)  # fmt: skip
+    assert rec["status"] == "ok" and rec["ratio"] > 1.1, rec
+    assert rec["suspicious"] and rec["reward"] == 0.0 and "reference_margin" in rec["reason"]
 
 
 def test_infra_errors_are_not_scored(settings, cache_dir, run_tmp) -> None:

@@ -234,6 +234,53 @@ def test_the_reward_is_the_ratio_to_the_reference_of_the_same_run() -> None:
     assert res.reward == pytest.approx(50.0) and not res.suspicious
 
 
+def parsed_on(lines: list[str], peak_bound: float, wall: float = 0.5) -> BenchResult:
+    """`parsed` on a node whose peak bound is `peak_bound` GFLOPS (not this machine's)."""
+    settings = BenchSettings(repetitions=2)
+    res = BenchResult(request_id="t", threads=2, peak={"gflops": peak_bound, "bound": peak_bound})
+    _timings(res, lines, Problem(M=100, N=100, K=100), settings, wall)
+    if res.status == "ok":
+        _reward_ok(res, settings)
+    return res
+
+
+def at(gflops: float) -> float:
+    """Seconds of one 100^3 call (2e6 FLOP) at `gflops`."""
+    return 2e6 / (gflops * 1e9)
+
+
+def test_faster_than_the_reference_is_ok_and_earns_more_than_slower() -> None:
+    """Issue 24: an AVX-512 kernel at 152.2 GFLOPS against a Haswell-kernel reference at 95 was
+    `suspicious` (over 1.10 x the reference's best call) and got 0, below a 76.9 GFLOPS kernel.
+    Now both are ok, not suspicious, and the faster one earns more: q = 76.9 / 95 = 0.8095 ->
+    80.95; q = 152.2 / 95 = 1.6021 -> 100 (2 - 1/q) = 137.58."""
+    ref = [at(95.0)] * 2
+    slow = parsed_on(record([at(76.9)] * 2, ref, [(at(76.9), at(76.9))] * 2), peak_bound=400.0)
+    fast = parsed_on(record([at(152.2)] * 2, ref, [(at(152.2), at(152.2))] * 2),
+                     peak_bound=400.0)  # fmt: skip
+    for res in (slow, fast):
+        assert res.status == "ok" and not res.suspicious, res.reason
+    assert slow.reward == pytest.approx(100 * 76.9 / 95, rel=1e-4)
+    assert fast.reward == pytest.approx(100 * (2 - 95 / 152.2), rel=1e-4)
+    assert fast.reward > slow.reward
+
+
+def test_above_the_nodes_peak_bound_is_suspicious() -> None:
+    ref = [at(95.0)] * 2
+    res = parsed_on(record([at(152.2)] * 2, ref, [(at(152.2), at(152.2))] * 2), peak_bound=150.0)
+    assert res.status == "ok" and res.suspicious and res.reward == 0.0
+    assert "theoretical peak" in res.reason
+
+
+def test_the_record_carries_this_nodes_peak() -> None:
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1e-3, 1e-3)] * 2), wall=0.5)
+    p = res.peak
+    assert p["cpus"] == 2 and p["gflops"] == pytest.approx(2 * p["ghz"] * p["flop_per_cycle"],
+                                                           rel=1e-3)  # fmt: skip
+    assert p["bound"] == pytest.approx(p["margin"] * p["gflops"], rel=1e-3)
+    assert p["margin"] == BenchSettings().peak_margin and p["clock_source"] and p["isa"]
+
+
 def test_an_impossible_timing_record_is_refused() -> None:
     res = parsed(record([0.3, 0.3], [0.2, 0.2], [(0.3, 0.3)] * 2), wall=0.9)  # 1.0 s in 0.9 s
     assert res.status == "runtime_error" and "impossible timing record" in res.reason

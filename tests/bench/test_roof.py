@@ -28,5 +28,6 @@ def test_a_roof_of_one_gflops_changes_nothing(tmp_path: Path, scratch_root: Path
     rec = json.loads(done.stdout)
     assert rec["status"] == "ok" and not rec["suspicious"], rec["reason"]
     assert rec["gflops"]["median"] > 1.0 and rec["reward"] > 0
-    assert rec["reward"] == 100 * min(rec["ratio"], 1.0)
+    q = rec["ratio"]
+    assert rec["reward"] == (100 * q if q <= 1 else 100 * (2 - 1 / q))
     assert json.loads(roof.read_text())[f"{host}/threads={threads}/size=128"] == {"gflops": 1.0}
