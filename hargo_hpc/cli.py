@@ -10,7 +10,7 @@ import click
 
 from hargo_hpc import __version__
 from hargo_hpc.bench.commands import bench
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.cli_support import CONTEXT, HargoGroup, UsageFailure
 from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
 from hargo_hpc.eval.commands import eval_group
 from hargo_hpc.examples.commands import init
@@ -23,7 +23,7 @@ from hargo_hpc.tasks.commands import data
 from hargo_hpc.train.commands import sft, train
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=HargoGroup, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="hargo")
 def main() -> None:
     """hargo-hpc: RL post-training of LLMs on HPC tasks, on Slurm.

@@ -26,6 +26,7 @@ from hargo_hpc.algorithms.hargo_params import HargoParams
 from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
 from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.errors import HargoError
 from hargo_hpc.eval.settings import EvalSettings
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
@@ -38,7 +39,7 @@ ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to de
 RESOLVED_NAME = "config.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(HargoError, ValueError):
     """A bad experiment file or override; the message is one line meant for the user."""
 
 

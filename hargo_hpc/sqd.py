@@ -44,13 +44,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hargo_hpc.bench.techniques import TECHNIQUES, normalise_forbidden
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 
 STATE, BACKUP, RESULTS = "state.json", "state.json.bak", "results.jsonl"
 FORMAT = 1
 
 
-class SqdError(ValueError):
+class SqdError(HargoError, ValueError):
     """A bad schedule or a state file that cannot be read (one line)."""
 
 

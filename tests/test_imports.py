@@ -21,7 +21,7 @@ from hargo_hpc import _lazy
 PACKAGE_DIR = Path(hargo_hpc.__file__).parent
 
 CONFIG_LOADS = {
-    "hargo_hpc", "hargo_hpc._lazy", "hargo_hpc.files", "hargo_hpc.config",
+    "hargo_hpc", "hargo_hpc._lazy", "hargo_hpc.errors", "hargo_hpc.files", "hargo_hpc.config",
     "hargo_hpc.algorithms", "hargo_hpc.algorithms.names", "hargo_hpc.algorithms.hargo_params",
     "hargo_hpc.algorithms.presets",
     "hargo_hpc.bench", "hargo_hpc.bench.settings", "hargo_hpc.bench.techniques",

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from hargo_hpc.errors import HargoError
+
 if TYPE_CHECKING:
     from hargo_hpc.bench.cgroups import RunCgroup
 
@@ -59,7 +61,7 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
 
 
-class InfraError(Exception):
+class InfraError(HargoError):
     """The harness or the machine failed (not the policy's fault): status infra_error."""
 
 

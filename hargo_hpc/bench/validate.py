@@ -35,6 +35,7 @@ from hargo_hpc.bench.techniques import (
     string_literals,
     translation_phases,
 )
+from hargo_hpc.errors import HargoError
 
 KERNEL = "gemm"
 SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
@@ -128,7 +129,7 @@ ALLOWED_PREFIXES = OPENMP_RUNTIME
 BLAS = re.compile(r"cblas|dgemm|sgemm|openblas|^mkl_|^bli_|^blas", re.IGNORECASE)
 
 
-class Violation(Exception):
+class Violation(HargoError):
     """A format violation, with a one-line reason."""
 
 

@@ -14,8 +14,10 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from hargo_hpc.errors import HargoError
 
-class ExamplesError(RuntimeError):
+
+class ExamplesError(HargoError, RuntimeError):
     """Copying the examples failed; the message is one line for the user."""
 
 

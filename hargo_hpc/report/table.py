@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import read_jsonl
 from hargo_hpc.tasks.names import TASK_NAMES
 
@@ -36,7 +37,7 @@ MISSING = "—"
 NOT_A_RUN = "not a run directory (no config.toml, metrics.jsonl or eval/metrics.json)"
 
 
-class ReportError(ValueError):
+class ReportError(HargoError, ValueError):
     """A path that cannot be reported on; the message is one line naming it."""
 
 

@@ -8,13 +8,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from hargo_hpc.errors import HargoError
+
 # Terminal states: the job's processes are gone (REVOKED: a federation sibling ran it).
 FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
                       "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED"})
 TIMEOUT_S = 60
 
 
-class SlurmError(RuntimeError):
+class SlurmError(HargoError, RuntimeError):
     """A Slurm command failed; the message quotes the command and its stderr."""
 
 

@@ -22,13 +22,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 
 MANIFEST = "run.json"
 FORMAT = 1
 
 
-class ManifestError(ValueError):
+class ManifestError(HargoError, ValueError):
     """A missing or unreadable run.json (one line, naming the file)."""
 
 

@@ -51,6 +51,7 @@ from hargo_hpc.config import (
     expand_sweep,
     save_resolved,
 )
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
@@ -62,7 +63,7 @@ MAX_REQUEUES = 3  # a training task requeues itself at most this often after a s
 SCRIPTS, LOGS, HANDOFF = "scripts", "logs", "handoff"
 
 
-class SubmitError(RuntimeError):
+class SubmitError(HargoError, RuntimeError):
     """The submission cannot go ahead (one line: what and where); nothing is left running."""
 
 

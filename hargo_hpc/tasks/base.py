@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.tasks.settings import RewardSettings
 
 
-class DataError(ValueError):
+class DataError(HargoError, ValueError):
     """Bad task data or predictions; the message is one line naming the file and the record."""
 
 

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 
 LATEST = "latest"
@@ -53,7 +54,7 @@ PARTIAL_PREFIX = ".partial-"
 FORMAT = 1
 
 
-class CheckpointError(ValueError):
+class CheckpointError(HargoError, ValueError):
     """A checkpoint that cannot be used (missing, another experiment's, another world size)."""
 
 

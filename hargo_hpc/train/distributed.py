@@ -44,13 +44,15 @@ from typing import Any, Literal, TypeVar
 import torch
 import torch.distributed as dist
 
+from hargo_hpc.errors import HargoError
+
 Source = Literal["env", "slurm", "single"]
 T = TypeVar("T")
 
 STANDARD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-class DistributedError(ValueError):
+class DistributedError(HargoError, ValueError):
     """The environment names an impossible or incomplete distributed setup (one line)."""
 
 

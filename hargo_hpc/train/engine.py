@@ -45,6 +45,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
@@ -55,7 +56,7 @@ CONFIG_NAME = "deepspeed_config.json"
 BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 
 
-class EngineError(ValueError):
+class EngineError(HargoError, ValueError):
     """Settings DeepSpeed cannot run (one line naming the setting)."""
 
 
