@@ -1,0 +1,100 @@
+"""95 % intervals for evaluation metrics, by the bootstrap over examples (pure; numpy, scipy).
+
+Every metric the evaluation reports is a function of the examples it was computed on: HPC-GPT's
+data-race F1 of (label, prediction) pairs, a mean token F1, a share of answers over 40
+characters, WinRate's mean outcome. Its interval comes from resampling those examples:
+
+    B resamples of n example indices drawn with replacement (seeded); the metric on each;
+    the interval is the (2.5 %, 97.5 %) percentiles of the B values
+    (`scipy.stats.bootstrap`, method "percentile", B = `RESAMPLES`)
+
+A **paired** comparison of two systems answered on the same examples resamples the same indices
+for both and takes the difference on each resample, so what the examples share (an easy
+question is easy for both) cancels: `paired_difference`. "Better" means that this interval
+excludes 0 (`Interval.excludes_zero`), whatever the point values say.
+
+A metric is given as a function of an index array (`Metric`), which may repeat indices; the
+evaluation builds them from a task's own metrics over the examples at those indices
+(`eval.evaluate`), so the definitions live in one place (the tasks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+RESAMPLES = 1000
+CONFIDENCE = 0.95
+Metric = Callable[[np.ndarray], float]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A metric's value on all n examples and its bootstrap interval [low, high]."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies wholly above or below 0 (a significant difference)."""
+        return self.low > 0 or self.high < 0
+
+    def text(self, spec: str = ".3f") -> str:
+        """`0.575 [0.430, 0.710] (n=40)`."""
+        return (f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}] "
+                f"(n={self.n})")  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Interval:
+        return cls(float(data["value"]), float(data["low"]), float(data["high"]), int(data["n"]))
+
+
+def bootstrap(metric: Metric, n: int, *, seed: int = 0, resamples: int = RESAMPLES,
+              confidence: float = CONFIDENCE) -> Interval:
+    """The metric on all `n` examples and its percentile-bootstrap interval (module
+    docstring). n = 0 gives NaN bounds; a metric that is the same on every resample gives a
+    zero-width interval."""
+    from scipy import stats
+
+    everything = np.arange(n)
+    value = float(metric(everything))
+    if n == 0:
+        return Interval(value, math.nan, math.nan, 0)
+    result = stats.bootstrap(
+        (everything,), lambda idx: float(metric(idx.astype(int))), vectorized=False,
+        n_resamples=resamples, confidence_level=confidence, method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    low, high = result.confidence_interval
+    return Interval(value, float(low), float(high), n)
+
+
+def paired_difference(before: Metric, after: Metric, n: int, *, seed: int = 0,
+                      resamples: int = RESAMPLES) -> Interval:
+    """after − before on the same `n` examples, each resample taking the same indices for
+    both (module docstring)."""
+    return bootstrap(lambda idx: after(idx) - before(idx), n, seed=seed, resamples=resamples)
+
+
+def mean_metric(values: Sequence[float]) -> Metric:
+    """The mean of per-example values, as a Metric."""
+    array = np.asarray(values, dtype=float)
+    return lambda idx: float(array[idx].mean()) if len(idx) else 0.0
+
+
+OUTCOME_VALUE = {"win": 1.0, "tie": 0.5, "loss": 0.0}
+
+
+def winrate_metric(outcomes: Sequence[str]) -> Metric:
+    """WinRate = (wins + ties / 2) / n as the mean of per-pair values 1, ½, 0 (tasks.winrate);
+    its interval against 0.5 is the paired comparison of the two systems."""
+    return mean_metric([OUTCOME_VALUE[o] for o in outcomes])
