@@ -236,6 +236,7 @@ def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
     `handoff_dir` under evaluation's own step (EVAL_STEP, past any training step, plus the
     run's handoff.step_offset as in training), served by the workers on that handoff (a
     submission's bench array) or by `local_workers` started here."""
+    from hargo_hpc.train.local_workers import LocalWorkers
     from hargo_hpc.train.rewards import RewardRouter
 
     remote = [name for name in examples if tasks[name].remote]
@@ -243,10 +244,11 @@ def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
         return {}
     rows = [e for name in remote for e in examples[name]]
     completions = [t for name in remote for t in texts[name]]
-    router = RewardRouter(tasks, handoff_dir=handoff_dir, local_workers=local_workers, log=log,
-                          progress=False, handoff_settings=config.handoff,
-                          bench_settings=config.bench)
-    with router:
+    workers = LocalWorkers(handoff_dir, local_workers, bench=config.bench,
+                           handoff=config.handoff, log=log)
+    router = RewardRouter(tasks, handoff_dir=handoff_dir, log=log, progress=False,
+                          handoff_settings=config.handoff, liveness=workers.check)
+    with workers:
         batch = router.score(EVAL_STEP, rows, completions)
     out: dict[str, list[dict[str, Any]]] = {}
     at = 0

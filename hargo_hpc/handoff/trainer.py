@@ -3,11 +3,14 @@
 - `submit(step, requests)` writes `steps/step-N/requests.json` once (exclusively). A restarted
   trainer submitting the same ids again gets the stored batch back, and finished requests are
   not run again.
-- `poll(step, ids, timeout)` yields one record per id as results arrive, then an `infra_error`
-  record for every straggler at the timeout. The timeout record is written as the request's
-  result through the same first-wins link as a worker's, so a restarted trainer (or a late
-  worker) sees the same outcome: polling is idempotent. `infra_error` records carry
-  `scored: false`; the trainer drops them from the loss instead of scoring them.
+- `poll(step, ids, timeout, on_tick)` yields one record per id as results arrive, then an
+  `infra_error` record for every straggler at the timeout. It is the one loop that waits for
+  results (with the step's progress line); `on_tick` lets its caller look at something else
+  once a tick (the trainer's local workers: a dead one ends the wait). The timeout record is
+  written as the request's result through the same first-wins link as a worker's, so a
+  restarted trainer (or a late worker) sees the same outcome: polling is idempotent.
+  `infra_error` records carry `scored: false`; the trainer drops them from the loss instead of
+  scoring them.
 - Each poll lists only the step's `results/` directory and reads only names it has not read
   before, so its cost grows with new files, not with every file of the run.
 """
@@ -21,7 +24,7 @@ import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,9 +135,14 @@ class Trainer:
     # ------------------------------------------------------------------ results
 
     def poll(
-        self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None
+        self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None,
+        on_tick: Callable[[int, int], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield one record per id as results arrive; stragglers become `infra_error`."""
+        """Yield one record per id as results arrive; stragglers become `infra_error`.
+
+        on_tick(waiting, total): called once a tick while results are pending, after the
+        tick's listing of `results/` and before its sleep, with how many of the `total` ids
+        have no record yet; an exception it raises ends the wait (the progress line closed)."""
         known = [r["id"] for r in self.requests(step)]
         wanted = list(ids) if ids is not None else known
         unknown = set(wanted) - set(known)
@@ -186,6 +194,8 @@ class Trainer:
                     counted_at = now
                 done = len(wanted) - len(pending)
                 bar.update(done, running, len(pending) - running, failed)
+                if on_tick is not None:
+                    on_tick(len(pending), len(wanted))
                 pause = self.settings.poll_interval_s
                 time.sleep(pause if now >= deadline else min(pause, deadline - now))
         finally:
@@ -198,10 +208,12 @@ class Trainer:
                 log.warning("step %d: cannot mark it closed (next poll will): %s", step, err)
 
     def collect(
-        self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None
+        self, step: int, ids: Iterable[str] | None = None, timeout: float | None = None,
+        on_tick: Callable[[int, int], None] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """`poll` to the end: every id's record."""
-        return {record["request_id"]: record for record in self.poll(step, ids, timeout)}
+        return {record["request_id"]: record
+                for record in self.poll(step, ids, timeout, on_tick)}
 
     def _ingest(self, step: int) -> list[str]:
         """Read result files not read before; return the ids that got a record."""

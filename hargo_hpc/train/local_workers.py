@@ -17,9 +17,11 @@ to the worker's process group (it releases its claims too), SIGKILL. Then whatev
 started and left behind is killed, and every worker is reaped: no process is left.
 
 A worker that exits before `stop` is an error (`WorkerDied`, one line naming the worker, its
-exit status, the last line of its log and the log's path): `check()` raises it, and the reward
-router calls `check()` before and while it waits for results, so a dead worker ends the wait
-instead of letting it run into the step timeout.
+exit status, the last line of its log and the log's path): `check()` raises it. The loop that
+starts the workers (`train.loop`, `eval.evaluate`) owns them and hands `check` to the reward
+router as its liveness hook, which calls it before a step's requests go out and once a tick
+while the handoff waits for their results, so a dead worker ends the wait instead of letting
+it run into the step timeout.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -93,6 +95,7 @@ class LocalWorkers:
     as the `[bench]` and `[handoff]` sections of `<log dir>/worker-config.toml` and passed as
     `--config` (None: the worker's defaults, or whatever `--config` `args` name). `log_dir`:
     where the logs go (default `<handoff_dir>/logs`). `max_idle_s`: the workers' `--max-idle`.
+    `log`: where the one line saying they started goes (besides the logging record).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class LocalWorkers:
         max_idle_s: float = DEFAULT_MAX_IDLE_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
         term_timeout_s: float = TERM_TIMEOUT_S,
+        log: Callable[[str], object] | None = None,
     ) -> None:
         if count < 0:
             raise ValueError(f"local workers: count must be >= 0, got {count}")
@@ -121,6 +125,7 @@ class LocalWorkers:
         self.max_idle_s = max_idle_s
         self.stop_timeout_s = stop_timeout_s
         self.term_timeout_s = term_timeout_s
+        self.announce = log
         self._children: list[_Child] = []
         self._stopping = False
 
@@ -173,6 +178,9 @@ class LocalWorkers:
             raise
         log.info("started %d local bench worker(s), pids %s, logs in %s", self.count,
                  " ".join(map(str, self.pids)), self.log_dir)  # fmt: skip
+        if self.announce is not None:
+            self.announce(f"started {self.count} local bench worker(s) on {self.handoff_dir} "
+                          f"(logs in {self.log_dir})")
 
     def _has_config(self) -> bool:
         return self.bench is not None or self.handoff is not None

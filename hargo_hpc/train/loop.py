@@ -92,6 +92,7 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
 def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorithm, accum: int,
            env: distributed.DistEnv, *, resume: bool, log: Log,
            on_step: Callable[[dict[str, Any]], object] | None, progress: bool) -> TrainResult:
+    from hargo_hpc.train.local_workers import LocalWorkers
     from hargo_hpc.train.rewards import RewardRouter
 
     main, world = env.is_main, env.world_size
@@ -142,11 +143,14 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     needs_old = (t.num_iterations > 1 or opt_steps > 1 or r.max_staleness > 0
                  or (algorithm.kl_in_reward and algorithm.kl_coef > 0))
     remote = any(task.remote for task in data.tasks.values())
+    handoff_dir = config.handoff_dir() if remote else None
+    workers = LocalWorkers(  # rank 0's, on the run's handoff (handoff.local_workers)
+        handoff_dir, config.handoff.local_workers, bench=config.bench, handoff=config.handoff,
+        log=log,
+    ) if main and handoff_dir is not None and config.handoff.local_workers else None
     router = RewardRouter(  # rank 0 scores every rank's completions (rl_step)
-        data.tasks, handoff_dir=config.handoff_dir() if remote else None,
-        local_workers=getattr(config.handoff, "local_workers", 0) if remote else 0,
-        log=log, progress=progress, handoff_settings=config.handoff,
-        bench_settings=config.bench,
+        data.tasks, handoff_dir=handoff_dir, log=log, progress=progress,
+        handoff_settings=config.handoff, liveness=None if workers is None else workers.check,
     ) if main else None
     run = Run(config, algorithm, engine, tokenizer, reference, backend, router, data.tasks,
               sampler, prompt_format, sampling, accum, opt_steps,
@@ -157,7 +161,8 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     saved: Path | None = checkpoint
     writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
                else contextlib.nullcontext(DiscardWriter()))
-    with router or contextlib.nullcontext(), StopSignals() as stop, writing as writer:
+    with (workers or contextlib.nullcontext(), router or contextlib.nullcontext(),
+          StopSignals() as stop, writing as writer):
         if state.step == 0 and t.sft_steps:
             warm_start(run, data, paths.sft / METRICS, t.sft_steps, stop, log)
             if stop.requested:

@@ -15,12 +15,14 @@ completion, in the order given:
   the handoff delivers those with `scored: false`) the completion is not scored: reward 0.0,
   `scored` False, to be dropped from the loss and counted, never scored as a failure.
 
-While it waits the router shows one step's progress (done / running / queued; a rich bar on a
-terminal, a plain line every few seconds elsewhere; nothing with `progress=False`) and checks
-its local workers: one that died ends the wait with a one-line `WorkerDied` instead of letting
-it run into the step timeout. With `local_workers = N` the router is also what starts and
-stops N local `hargo worker` processes (`local_workers.LocalWorkers`); use it as a context
-manager. Only one process of a distributed run (rank 0) should hold a router.
+The wait is the handoff's own (`Trainer.poll`: one step's progress line, done / running /
+queued / failed; a rich bar on a terminal, a plain line every few seconds elsewhere; nothing
+with `progress=False`). The router adds one thing to it, once a tick: the `liveness` hook it
+was given (`LocalWorkers.check` of the local bench workers the loop started), so a worker that
+died ends the wait with a one-line `WorkerDied` instead of letting it run into the step
+timeout. The workers themselves belong to the loop that starts them (`train.loop`,
+`eval.evaluate`), not to the router. Only one process of a distributed run (rank 0) should
+hold a router.
 
 Light: no torch; the handoff's trainer side and the tasks' own modules only.
 """
@@ -28,7 +30,6 @@ Light: no torch; the handoff's trainer side and the tasks' own modules only.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -37,18 +38,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from hargo_hpc.handoff.claims import scan_claims
 from hargo_hpc.handoff.errors import HandoffError
-from hargo_hpc.handoff.layout import parse_result_name
-from hargo_hpc.handoff.progress import StepProgress
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.trainer import Trainer
 from hargo_hpc.tasks.base import Example, Task
-from hargo_hpc.train.local_workers import LocalWorkers, WorkerDied
+from hargo_hpc.train.local_workers import WorkerDied
 
 __all__ = ["RewardBatch", "RewardError", "RewardRouter", "WorkerDied", "request_id"]
 
-RUNNING_EVERY_S = 1.0  # how often the progress line counts running claims
+Liveness = Callable[[str], None]  # raises (WorkerDied) when a worker is gone; arg: what waits
 
 
 class RewardError(RuntimeError):
@@ -98,18 +96,16 @@ class PendingRewards:
 
 
 class RewardRouter:
-    """Rewards completions through the task registry's tasks; a context manager that starts
-    and stops `local_workers` local bench workers on `handoff_dir`.
+    """Rewards completions through the task registry's tasks; a context manager (for the
+    `with` blocks of its callers: it holds nothing to release).
 
     tasks: the run's tasks by name (every `example.task` must be one). handoff_dir: where
-    remote tasks' requests go (None: text tasks only). worker_args: extra `hargo worker`
-    options for the local workers. poll_timeout_s: how long a step waits for the bench before
-    the stragglers become `infra_error` (None: `handoff_settings.step_timeout_s`). log: one
-    line per notable event (workers started, completions not scored). progress: the waiting
-    step's progress line on stderr. handoff_settings: the `[handoff]` section (poll interval,
-    fsync, step timeout; the local workers run with it too). bench_settings: the `[bench]`
-    section the local workers run with (None: the worker's defaults). log_dir: the local
-    workers' logs (default `<handoff_dir>/logs`).
+    remote tasks' requests go (None: text tasks only). poll_timeout_s: how long a step waits
+    for the bench before the stragglers become `infra_error` (None:
+    `handoff_settings.step_timeout_s`). log: one line per notable event (completions not
+    scored). progress: the waiting step's progress line on stderr. handoff_settings: the
+    `[handoff]` section (poll interval, fsync, step timeout). liveness: called before a step's
+    requests go out and once a tick of the wait (`Liveness`; e.g. `LocalWorkers.check`).
     """
 
     def __init__(
@@ -117,19 +113,12 @@ class RewardRouter:
         tasks: Mapping[str, Task],
         *,
         handoff_dir: Path | None,
-        local_workers: int = 0,
-        worker_args: Sequence[str] = (),
         poll_timeout_s: float | None = None,
         log: Callable[[str], object] = print,
         progress: bool = True,
         handoff_settings: HandoffSettings | None = None,
-        bench_settings: Any = None,
-        log_dir: Path | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
-        if local_workers < 0:
-            raise ValueError(f"local_workers must be >= 0, got {local_workers}")
-        if local_workers and handoff_dir is None:
-            raise ValueError("local_workers needs a handoff directory to work on")
         if poll_timeout_s is not None and not poll_timeout_s > 0:
             raise ValueError(f"poll_timeout_s must be positive, got {poll_timeout_s}")
         self.tasks = dict(tasks)
@@ -138,43 +127,30 @@ class RewardRouter:
         self.poll_timeout_s = poll_timeout_s
         self.log = log
         self.progress = progress
-        self.workers: LocalWorkers | None = None
-        if local_workers and self.handoff_dir is not None:
-            self.workers = LocalWorkers(
-                self.handoff_dir, local_workers, args=worker_args, log_dir=log_dir,
-                bench=bench_settings, handoff=handoff_settings,
-            )
+        self.liveness = liveness
         self._trainer: Trainer | None = None
-        self._entered = False
 
     # ------------------------------------------------------------------ context
 
     def __enter__(self) -> RewardRouter:
-        if self.workers is not None:
-            self.workers.start()
-            self.log(f"started {self.workers.count} local bench worker(s) on "
-                     f"{self.handoff_dir} (logs in {self.workers.log_dir})")  # fmt: skip
-        self._entered = True
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._entered = False
-        if self.workers is not None:
-            self.workers.__exit__(kind, err, tb)
+        del kind, err, tb
 
     def stop_workers(self, reason: str = "trainer finished") -> None:
         """Write the handoff's stop sentinel: every worker on the directory (the Slurm worker
         array too) exits at its next look. For the end of a finished run under `hargo submit`;
-        local workers are stopped by the context manager's exit anyway."""
+        local workers are stopped by their own context manager's exit anyway."""
         self._handoff().stop(reason)
 
     def _handoff(self) -> Trainer:
         if self.handoff_dir is None:
             raise ValueError("this reward router has no handoff directory")
         if self._trainer is None:
-            self._trainer = Trainer(self.handoff_dir, self.settings, progress=False)
+            self._trainer = Trainer(self.handoff_dir, self.settings, progress=self.progress)
         return self._trainer
 
     # ------------------------------------------------------------------ scoring
@@ -292,11 +268,8 @@ class RewardRouter:
         if self.handoff_dir is None:
             raise ValueError(f"task {owners[remote[0]].name} is rewarded through the handoff, "
                              "but the reward router has no handoff directory")  # fmt: skip
-        if self.workers is not None:
-            if not self._entered:
-                raise RuntimeError("a reward router with local workers must be used in a "
-                                   "`with` block (it starts and stops them)")  # fmt: skip
-            self.workers.check(f"before step {step}")
+        if self.liveness is not None:
+            self.liveness(f"before step {step}")
         requests = [
             owners[i].request(  # type: ignore[call-arg]
                 examples[i], completions[i], request_id(i), stage=stage,
@@ -318,62 +291,14 @@ class RewardRouter:
                 )
 
     def _collect(self, step: int, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Wait (with progress, watching the local workers) until every id has a result or
-        the timeout passed; then `poll` delivers the records (stragglers: infra_error)."""
-        trainer = self._handoff()
+        """The handoff's wait (`Trainer.collect`: its progress line; stragglers at the timeout
+        become infra_error), watching the local workers once a tick (`_Watch`)."""
         timeout = self.poll_timeout_s or self.settings.step_timeout_s
-        deadline = time.monotonic() + timeout
-        bar = StepProgress(step, len(ids), enabled=self.progress)
-        by_id: dict[str, dict[str, Any]] = {}
-        done = 0
+        watch = None if self.liveness is None else _Watch(self.liveness, step)
         try:
-            done, _ = self._await(trainer, step, ids, deadline, bar)
-            for record in trainer.poll(step, ids, max(0.0, deadline - time.monotonic())):
-                by_id[record["request_id"]] = record
+            return self._handoff().collect(step, ids, timeout, watch)
         except HandoffError as err:
             raise RewardError(f"step {step}: {err}") from None
-        finally:
-            done = max(done, len(by_id))
-            failed = sum(r.get("status") == "infra_error" for r in by_id.values())
-            bar.close(done, 0, len(ids) - done, failed)
-        return by_id
-
-    def _await(
-        self, trainer: Trainer, step: int, ids: list[str], deadline: float, bar: StepProgress
-    ) -> tuple[int, int]:
-        """Until every id has a result file or the deadline: (done, running) at the end.
-        Raises WorkerDied when a local worker exits meanwhile."""
-        wanted = set(ids)
-        results = trainer.layout.results(step)
-        claims = trainer.layout.claims(step)
-        done = running = 0
-        counted_at = float("-inf")
-        while True:
-            # seen gone before the listing: the listing then holds all the worker wrote
-            lost = self.workers is not None and self.workers.alive() < self.workers.count
-            try:
-                names = os.listdir(results)
-            except FileNotFoundError:  # compacted by an earlier trainer: poll reads it
-                return done, running
-            except OSError:  # ESTALE, EIO: look again; poll reports what persists
-                names = []
-            done = len(wanted.intersection(map(parse_result_name, names)))
-            now = time.monotonic()
-            if done == len(ids) or now >= deadline:
-                return done, running
-            if lost and self.workers is not None:
-                self.workers.check(f"while step {step} waited for {len(ids) - done} of "
-                                   f"{len(ids)} bench results")  # fmt: skip
-            if now - counted_at >= RUNNING_EVERY_S:
-                try:
-                    found = scan_claims(claims)
-                    running = sum(1 for rid in wanted if rid in found and found[rid].held)
-                except HandoffError:
-                    pass
-                counted_at = now
-            running = min(running, len(ids) - done)
-            bar.update(done, running, len(ids) - done - running, 0)
-            time.sleep(min(self.settings.poll_interval_s, max(0.0, deadline - now)))
 
     def _report_unscored(
         self, step: int, unscored: Sequence[dict[str, Any] | None], total: int
@@ -384,6 +309,25 @@ class RewardRouter:
         why = str(first.get("error") or first.get("reason") or first.get("status") or "")
         self.log(f"step {step}: {len(unscored)} of {total} bench results not scored "
                  f"(infra_error), dropped from the loss; first: {why[:200]}")  # fmt: skip
+
+
+class _Watch:
+    """The liveness hook as `Trainer.poll`'s tick. A worker found gone is reported at the next
+    tick, after one more listing of `results/`: that listing holds everything the worker wrote,
+    so a worker that wrote the step's last result and left does not fail the step, and the
+    count in the message ("waited for 1 of 2") is the true one."""
+
+    def __init__(self, liveness: Liveness, step: int) -> None:
+        self.liveness, self.step, self.gone = liveness, step, False
+
+    def __call__(self, waiting: int, total: int) -> None:
+        during = f"while step {self.step} waited for {waiting} of {total} bench results"
+        if self.gone:
+            self.liveness(during)  # raises again, now with the count after the worker left
+        try:
+            self.liveness(during)
+        except WorkerDied:
+            self.gone = True
 
 
 def _plain(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -102,11 +102,6 @@ def test_bad_batches_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="gemm is rewarded through the handoff, but the reward "
                        "router has no handoff directory"):  # fmt: skip
         remote.score(0, [problem], [PROSE])
-    with pytest.raises(ValueError, match="local_workers needs a handoff directory"):
-        RewardRouter({"gemm": gemm}, handoff_dir=None, local_workers=1)
-    with pytest.raises(RuntimeError, match="must be used in a `with` block"):
-        RewardRouter({"gemm": gemm}, handoff_dir=tmp_path, local_workers=1).score(
-            0, [problem], [PROSE])
 
 
 def test_a_step_that_holds_another_batch_is_refused(tmp_path: Path) -> None:
@@ -155,12 +150,13 @@ def test_one_gemm_step_through_a_real_worker_and_the_real_bench(tmp_path: Path) 
     kernel = next(k for k in load_corpus() if k.name == "plain_ikj")
     completions = [kernel.completion, SYNTAX_ERROR, kernel.completion]
     lines: list[str] = []
-    router = RewardRouter(
-        {"gemm": gemm}, handoff_dir=tmp_path / "handoff", local_workers=1, log=lines.append,
-        progress=False, handoff_settings=fast_handoff(), bench_settings=small_bench(tmp_path),
-    )
-    with router:
-        pids = router.workers.pids
+    workers = LocalWorkers(tmp_path / "handoff", 1, bench=small_bench(tmp_path),
+                           handoff=fast_handoff(), log=lines.append)  # fmt: skip
+    router = RewardRouter({"gemm": gemm}, handoff_dir=tmp_path / "handoff", log=lines.append,
+                          progress=False, handoff_settings=fast_handoff(),
+                          liveness=workers.check)  # fmt: skip
+    with workers:
+        pids = workers.pids
         result = router.score(3, [problem, problem, refused], completions, stage=0,
                               forbidden=[[], None, None])  # fmt: skip
     assert len(pids) == 1 and not psutil.pid_exists(pids[0])
@@ -200,12 +196,13 @@ def test_a_worker_that_dies_at_start_is_a_one_line_error(tmp_path: Path) -> None
     gemm = Gemm()
     problem = gemm.from_record({"name": "dgemm-64", "M": 64, "N": 64, "K": 64}, 0)
     missing = tmp_path / "missing.toml"
-    router = RewardRouter({"gemm": gemm}, handoff_dir=tmp_path / "handoff", local_workers=1,
-                          worker_args=["--config", str(missing)], poll_timeout_s=40,
-                          handoff_settings=fast_handoff(), log=lambda _: None,
-                          progress=False)  # fmt: skip
+    workers = LocalWorkers(tmp_path / "handoff", 1, args=["--config", str(missing)],
+                           handoff=fast_handoff())  # fmt: skip
+    router = RewardRouter({"gemm": gemm}, handoff_dir=tmp_path / "handoff", poll_timeout_s=40,
+                          handoff_settings=fast_handoff(), log=lambda _: None, progress=False,
+                          liveness=workers.check)  # fmt: skip
     started = time.monotonic()
-    with router, pytest.raises(WorkerDied) as caught:
+    with workers, pytest.raises(WorkerDied) as caught:
         router.score(0, [problem], [PROSE])
     message = str(caught.value)
     assert time.monotonic() - started < 20  # the error, not the 40 s step timeout
@@ -221,12 +218,13 @@ def test_a_worker_that_exits_mid_step_ends_the_wait(tmp_path: Path) -> None:
     the other ends with the error at once, not at the step timeout."""
     gemm = Gemm()
     problem = gemm.from_record({"name": "dgemm-64", "M": 64, "N": 64, "K": 64}, 0)
-    router = RewardRouter({"gemm": gemm}, handoff_dir=tmp_path / "handoff", local_workers=1,
-                          worker_args=["--max-requests", "1"], poll_timeout_s=40,
-                          handoff_settings=fast_handoff(), bench_settings=small_bench(tmp_path),
-                          log=lambda _: None, progress=False)  # fmt: skip
+    workers = LocalWorkers(tmp_path / "handoff", 1, args=["--max-requests", "1"],
+                           bench=small_bench(tmp_path), handoff=fast_handoff())  # fmt: skip
+    router = RewardRouter({"gemm": gemm}, handoff_dir=tmp_path / "handoff", poll_timeout_s=40,
+                          handoff_settings=fast_handoff(), log=lambda _: None, progress=False,
+                          liveness=workers.check)  # fmt: skip
     started = time.monotonic()
-    with router, pytest.raises(WorkerDied) as caught:
+    with workers, pytest.raises(WorkerDied) as caught:
         router.score(5, [problem, problem], [PROSE, PROSE])
     message = str(caught.value)
     assert time.monotonic() - started < 20
@@ -252,12 +250,10 @@ def worker_group_members(pgids: Sequence[int]) -> list[int]:
 
 @pytest.mark.timeout(60)
 def test_no_process_is_left_after_exit_even_when_the_body_raises(tmp_path: Path) -> None:
-    router = RewardRouter({"gemm": Gemm()}, handoff_dir=tmp_path / "handoff", local_workers=2,
-                          handoff_settings=fast_handoff(), log=lambda _: None,
-                          progress=False)  # fmt: skip
-    with pytest.raises(KeyError, match="the body failed"), router:
-        pids = router.workers.pids
-        assert len(pids) == 2 and router.workers.alive() == 2
+    workers = LocalWorkers(tmp_path / "handoff", 2, handoff=fast_handoff())
+    with pytest.raises(KeyError, match="the body failed"), workers:
+        pids = workers.pids
+        assert len(pids) == 2 and workers.alive() == 2
         assert {p.pid for p in psutil.Process().children()} >= set(pids)
         assert all(os.getpgid(pid) == pid for pid in pids)  # each in its own process group
         raise KeyError("the body failed")
@@ -265,7 +261,7 @@ def test_no_process_is_left_after_exit_even_when_the_body_raises(tmp_path: Path)
     assert not set(pids) & {p.pid for p in psutil.Process().children(recursive=True)}
     assert worker_group_members(pids) == []
     assert (tmp_path / "handoff" / "STOP").is_file()  # stopped by the sentinel
-    router.workers.stop()  # a second stop is a no-op
+    workers.stop()  # a second stop is a no-op
 
 
 @pytest.mark.timeout(60)
