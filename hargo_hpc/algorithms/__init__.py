@@ -1,5 +1,6 @@
 """Pure tensor functions of the RL algorithms: advantage estimators (GRPO family), policy
-losses with KL and aggregation, DAPO helpers, DPO/SFT, HARGO weights, and method presets.
+losses with KL and aggregation, DAPO helpers, DPO/SFT, HARGO weights, the stateful weightings
+that carry them from step to step (`weighting`), and method presets.
 
 Shapes: [B] per response, [B, T] per token with `mask` marking completion tokens; groups are
 given explicitly by `group_index` [B]. No I/O, no models. Formulas: docs/algorithms.md.
@@ -30,4 +31,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "PRESETS": "hargo_hpc.algorithms.presets",
     "ResolvedAlgorithm": "hargo_hpc.algorithms.presets",
     "resolve_algorithm": "hargo_hpc.algorithms.presets",
+    "WEIGHTINGS": "hargo_hpc.algorithms.weighting",
+    "make_weighting": "hargo_hpc.algorithms.weighting",
 })

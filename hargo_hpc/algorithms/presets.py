@@ -52,6 +52,12 @@ class ResolvedAlgorithm:
     hargo: HargoParams | None = None
 
     @property
+    def weighting(self) -> str | None:
+        """The stateful response weighting the method uses (`weighting.WEIGHTINGS`), None for
+        an unweighted one."""
+        return "hargo" if self.hargo is not None else None
+
+    @property
     def needs_reference(self) -> bool:
         """Whether the trainer must compute reference log-probs."""
         return self.kl_coef > 0 or self.hargo is not None or self.loss == "dpo"

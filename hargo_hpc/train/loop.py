@@ -1,7 +1,9 @@
 """The RL loop: `train(config)` runs an experiment. One step (`train.step.rl_step`) is, read
 top to bottom, `start_step` (gen, and what needs the sampling policy) then `finish_step` (the
-rest). With rollout.max_staleness 1 the loop starts step t+1 before it finishes step t, so the
-bench works on t's rewards while t+1 is generated (docs/training.md, "Overlapping rewards").
+rest, one phase a block). The steps share a `RunContext` (built once, immutable) and change a
+`LoopState` (step, data position, the method's weighting, SQD), which every checkpoint saves.
+With rollout.max_staleness 1 the loop starts step t+1 before it finishes step t, so the bench
+works on t's rewards while t+1 is generated (docs/training.md, "Overlapping rewards").
 
 Around the steps `train` validates the config (one-line `TrainError`), claims the run directory
 (a finished run is refused without `resume`; a resume must have the same config hash), loads
@@ -18,14 +20,14 @@ import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
+from hargo_hpc.algorithms.weighting import make_weighting
 from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
-from hargo_hpc.sqd import Sqd, SqdError
 from hargo_hpc.tasks.split import MixtureSampler
 from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
@@ -37,12 +39,12 @@ from hargo_hpc.train.run import (
     METRICS,
     SFT_DIR,
     SQD_DIR,
-    SQD_TASKS,
     TENSORBOARD,
     Data,
     DiscardWriter,
     Log,
-    Run,
+    LoopState,
+    RunContext,
     RunPaths,
     StopSignals,
     TrainError,
@@ -62,7 +64,11 @@ from hargo_hpc.train.setup import (
     seed_everything,
 )
 from hargo_hpc.train.sft_run import sft_run, sft_sample_texts, warm_start
+from hargo_hpc.train.sqd_run import SqdRun
 from hargo_hpc.train.step import Rollout, finish_step, resume_rollout, start_step
+
+if TYPE_CHECKING:
+    from hargo_hpc.train.local_workers import LocalWorkers
 
 # the entry points (the CLI, evaluation, tests); one step is train.step, the set-up train.setup
 __all__ = ["EXIT_REQUEUE", "FINISHED", "SFT_DIR", "TrainError", "TrainResult", "export_model",
@@ -92,10 +98,6 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
 def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorithm, accum: int,
            env: distributed.DistEnv, *, resume: bool, log: Log,
            on_step: Callable[[dict[str, Any]], object] | None, progress: bool) -> TrainResult:
-    from hargo_hpc.train.local_workers import LocalWorkers
-    from hargo_hpc.train.rewards import RewardRouter
-
-    main, world = env.is_main, env.world_size
     config_hash = ckpt.config_hash(config.to_toml())
     checkpoint = claim_run_dir(paths, config_hash, resume)
     distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
@@ -104,143 +106,141 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
         return TrainResult(paths.root, paths.metrics, int(done["step"]),
                            Path(done["checkpoint"]), Path(done["export"]),
                            already_finished=True)
-    t, r = config.training, config.rollout
     seed_everything(config.run.seed)
     data = load_data(config, log)
+    ctx, state, workers = _start(config, paths, algorithm, accum, env, data, checkpoint,
+                                 log=log, progress=progress)
+    t, main = config.training, env.is_main
+    saved: Path | None = checkpoint
+    writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
+               else contextlib.nullcontext(DiscardWriter()))
+    with (workers or contextlib.nullcontext(), ctx.router or contextlib.nullcontext(),
+          StopSignals() as stop, writing as writer):
+        if state.step == 0 and t.sft_steps:
+            warm_start(ctx, data, paths.sft / METRICS, t.sft_steps, stop, log)
+            if stop.requested:
+                return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
+        in_flight = _in_flight(ctx, state, data, checkpoint)  # max_staleness 1: the next step
+        for step in range(state.step + 1, t.steps + 1):
+            rollout = in_flight if in_flight is not None else start_step(ctx, state, step)
+            in_flight = (start_step(ctx, state, step + 1)  # overlaps the bench's work on `step`
+                         if config.rollout.max_staleness and step < t.steps else None)
+            record, rows = finish_step(ctx, state, rollout)
+            state.step = step
+            writer.write(record)
+            if main:
+                m.write_rollouts(paths.rollouts(step), rows)
+            if on_step is not None and main:
+                on_step(record)
+            if env.world_size > 1:  # a signal seen by any rank stops them all, after one step
+                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
+                                       if s), None)
+            if (t.save_every and step % t.save_every == 0) or stop.requested:
+                saved = ctx.engine.save_checkpoint(
+                    paths.checkpoints, f"step_{step:06d}",
+                    state.trainer_state(config_hash).to_dict(),
+                    None if in_flight is None else in_flight.state_dict())
+            if stop.requested:
+                log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
+                return TrainResult(paths.root, paths.metrics, step, saved, None,
+                                   interrupted=True)
+        state.step = max(state.step, t.steps)
+        if saved is None or saved.name != f"step_{state.step:06d}":
+            saved = ctx.engine.save_checkpoint(paths.checkpoints, f"step_{state.step:06d}",
+                                               state.trainer_state(config_hash).to_dict())
+    export = export_model(ctx.engine, ctx.tokenizer, paths.export, lora=bool(config.model.lora_r))
+    if main:
+        write_atomic(paths.finished, json.dumps({
+            "step": state.step, "checkpoint": str(saved), "export": str(export),
+            "metrics": str(paths.metrics)}, indent=1) + "\n")
+    distributed.barrier()
+    return TrainResult(paths.root, paths.metrics, state.step, saved, export)
+
+
+def _start(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorithm, accum: int,
+           env: distributed.DistEnv, data: Data, checkpoint: Path | None, *, log: Log,
+           progress: bool) -> tuple[RunContext, LoopState, LocalWorkers | None]:
+    """Models, the engine, the sampler, the weighting and SQD (their state from `checkpoint`
+    on resume), rank 0's reward router and local bench workers (not started yet): what the
+    steps share (`RunContext`), what they change (`LoopState`), and the workers."""
+    from hargo_hpc.train.rewards import RewardRouter
+
+    t, r = config.training, config.rollout
     policy, tokenizer, reference = load_models(config, algorithm.needs_reference)
     prompt_format = prompt_format_of(config, tokenizer)
     drop_long_prompts(data, tokenizer, prompt_format, config.model.max_prompt_tokens, log)
     if algorithm.loss == "sft":
         check_references(data)
-    micro_batches = r.prompts_per_step * r.num_generations // world // t.micro_batch_size
+    micro_batches = r.prompts_per_step * r.num_generations // env.world_size // t.micro_batch_size
     opt_steps = micro_batches // accum
-    total_steps = t.sft_steps + t.steps * t.num_iterations * opt_steps
-    if main:
+    if env.is_main:
         save_resolved(config, paths.root)
-    engine = build_run_engine(config, policy, accum, total_steps, paths.root)
+    engine = build_run_engine(config, policy, accum,
+                              t.sft_steps + t.steps * t.num_iterations * opt_steps, paths.root)
     if reference is not None:
         reference.to(engine.device)
-    if world > 1:  # each rank samples its own completions (model weights are loaded already)
+    if env.world_size > 1:  # each rank samples its own completions (weights are loaded already)
         torch.manual_seed(config.run.seed + 7919 * env.rank)
     weights = {spec.name: spec.weight for spec in config.data.tasks}
     try:
         sampler = MixtureSampler(data.train, weights, seed=config.run.seed)
     except ValueError as err:
         raise TrainError(str(err)) from None
-    state = ckpt.TrainerState(step=0, config_hash=config_hash)
+    state = LoopState(step=0, sampler=sampler, weighting=make_weighting(algorithm),
+                      sqd=SqdRun.of(config.sqd, data.train, data.tasks, paths.root / SQD_DIR,
+                                    float(config.bench.penalties.format_violation)))
     if checkpoint is not None:
-        state = ckpt.TrainerState.from_dict(engine.load_checkpoint(paths.checkpoints,
-                                                                   checkpoint.name))
-        sampler.load_state_dict(state.sampler)
-    if main:
+        saved = engine.load_checkpoint(paths.checkpoints, checkpoint.name)
+        state.restore(ckpt.TrainerState.from_dict(saved), checkpoint)
+    if env.is_main:
         m.truncate_after(paths.metrics, state.step)
         if state.step == 0 and t.sft_steps:  # the warm start logs afresh (not `hargo sft`'s)
             m.truncate_after(paths.sft / METRICS, 0)
-    backend = HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
-                                synced_gpus=False)
-    sampling = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                              top_p=r.top_p, stop=tuple(r.stop))
-    needs_old = (t.num_iterations > 1 or opt_steps > 1 or r.max_staleness > 0
-                 or (algorithm.kl_in_reward and algorithm.kl_coef > 0))
-    remote = any(task.remote for task in data.tasks.values())
-    handoff_dir = config.handoff_dir() if remote else None
-    workers = LocalWorkers(  # rank 0's, on the run's handoff (handoff.local_workers)
-        handoff_dir, config.handoff.local_workers, bench=config.bench, handoff=config.handoff,
-        log=log,
-    ) if main and handoff_dir is not None and config.handoff.local_workers else None
-    router = RewardRouter(  # rank 0 scores every rank's completions (rl_step)
+        if state.sqd is not None:
+            state.sqd.truncate_after(state.step)
+    handoff_dir = (config.handoff_dir() if any(task.remote for task in data.tasks.values())
+                   else None)
+    workers = _local_workers(config, handoff_dir, log) if env.is_main else None
+    router = RewardRouter(  # rank 0 scores every rank's completions (finish_step)
         data.tasks, handoff_dir=handoff_dir, log=log, progress=progress,
         handoff_settings=config.handoff, liveness=None if workers is None else workers.check,
-    ) if main else None
-    run = Run(config, algorithm, engine, tokenizer, reference, backend, router, data.tasks,
-              sampler, prompt_format, sampling, accum, opt_steps,
-              r.logprob_micro_batch or t.micro_batch_size, needs_old,
-              hargo_contrast=state.hargo.get("running_contrast"),
-              hargo_label_means=dict(state.hargo.get("label_means") or {}))
-    _start_sqd(run, data, paths, state, checkpoint)
-    saved: Path | None = checkpoint
-    writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
-               else contextlib.nullcontext(DiscardWriter()))
-    with (workers or contextlib.nullcontext(), router or contextlib.nullcontext(),
-          StopSignals() as stop, writing as writer):
-        if state.step == 0 and t.sft_steps:
-            warm_start(run, data, paths.sft / METRICS, t.sft_steps, stop, log)
-            if stop.requested:
-                return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
-        in_flight = _in_flight(run, data, checkpoint)  # max_staleness 1: the next step
-        for step in range(state.step + 1, t.steps + 1):
-            rollout = in_flight if in_flight is not None else start_step(run, step)
-            in_flight = (start_step(run, step + 1)  # overlaps the bench's work on `step`
-                         if r.max_staleness and step < t.steps else None)
-            record, rows = finish_step(run, rollout)
-            writer.write(record)
-            if main:
-                m.write_rollouts(paths.rollouts(step), rows)
-            if on_step is not None and main:
-                on_step(record)
-            state = _state(run, step, config_hash)
-            if world > 1:  # a signal seen by any rank stops them all, after the same step
-                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
-                                       if s), None)
-            if (t.save_every and step % t.save_every == 0) or stop.requested:
-                saved = engine.save_checkpoint(
-                    paths.checkpoints, f"step_{step:06d}", state.to_dict(),
-                    None if in_flight is None else in_flight.state_dict())
-            if stop.requested:
-                log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
-                return TrainResult(paths.root, paths.metrics, step, saved, None,
-                                   interrupted=True)
-        last = max(state.step, t.steps)
-        if saved is None or saved.name != f"step_{last:06d}":
-            saved = engine.save_checkpoint(paths.checkpoints, f"step_{last:06d}",
-                                           _state(run, last, config_hash).to_dict())
-    export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
-    if main:
-        write_atomic(paths.finished, json.dumps({
-            "step": last, "checkpoint": str(saved), "export": str(export),
-            "metrics": str(paths.metrics)}, indent=1) + "\n")
-    distributed.barrier()
-    return TrainResult(paths.root, paths.metrics, last, saved, export)
+    ) if env.is_main else None
+    ctx = RunContext(
+        config=config, algorithm=algorithm, engine=engine, tokenizer=tokenizer,
+        reference=reference,
+        backend=HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
+                                  synced_gpus=False),
+        router=router, tasks=data.tasks, prompt_format=prompt_format,
+        sampling=SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                                top_p=r.top_p, stop=tuple(r.stop)),
+        accum=accum, opt_steps=opt_steps, logprob_micro=r.logprob_micro_batch or t.micro_batch_size,
+        needs_old=(t.num_iterations > 1 or opt_steps > 1 or r.max_staleness > 0
+                   or (algorithm.kl_in_reward and algorithm.kl_coef > 0)),
+    )
+    return ctx, state, workers
 
 
-def _start_sqd(run: Run, data: Data, paths: RunPaths, state: ckpt.TrainerState,
-               checkpoint: Path | None) -> None:
-    """SQD over the GEMM problems of the training split (sqd.enabled), its state restored
-    from the checkpoint on resume; its results log cut back to the checkpoint's step."""
-    names = [name for name in SQD_TASKS if name in data.train]
-    if not run.config.sqd.enabled or not names:
-        return
-    problems = sorted({e.meta["problem"]["name"] for name in names for e in data.train[name]})
-    run.sqd, run.sqd_dir = Sqd(run.config.sqd, problems), paths.root / SQD_DIR
-    if state.sqd:
-        try:
-            run.sqd.load_state_dict(state.sqd, f"the SQD state of checkpoint {checkpoint}")
-        except SqdError as err:
-            raise TrainError(str(err)) from None
-    if distributed.is_main():
-        m.truncate_after(run.sqd_dir / "results.jsonl", state.step)
+def _local_workers(config: ExperimentConfig, handoff_dir: Path | None,
+                   log: Log) -> LocalWorkers | None:
+    """Rank 0's handoff.local_workers bench workers on the run's handoff (None: none)."""
+    if handoff_dir is None or not config.handoff.local_workers:
+        return None
+    from hargo_hpc.train.local_workers import LocalWorkers
+
+    return LocalWorkers(handoff_dir, config.handoff.local_workers, bench=config.bench,
+                        handoff=config.handoff, log=log)
 
 
-def _in_flight(run: Run, data: Data, checkpoint: Path | None) -> Rollout | None:
+def _in_flight(ctx: RunContext, state: LoopState, data: Data,
+               checkpoint: Path | None) -> Rollout | None:
     """The step a checkpoint saved in flight (rollout.max_staleness 1), its rewards submitted
     again; None without one."""
     saved = None if checkpoint is None else ckpt.read_loop_state(checkpoint, distributed.rank())
     if saved is None:
         return None
     examples = {(e.task, e.id): e for items in data.train.values() for e in items}
-    return resume_rollout(run, saved, examples)
+    return resume_rollout(ctx, state, saved, examples)
 
 
 def _tb_dir(paths: RunPaths) -> Path:
     return paths.root / TENSORBOARD
-
-
-def _state(run: Run, step: int, config_hash: str) -> ckpt.TrainerState:
-    hargo: dict[str, Any] = ({} if run.hargo_contrast is None
-                             else {"running_contrast": run.hargo_contrast})
-    if run.hargo_label_means:
-        hargo["label_means"] = run.hargo_label_means
-    return ckpt.TrainerState(step=step, config_hash=config_hash,
-                             sampler=run.sampler.state_dict(), hargo=hargo, handoff_step=step,
-                             sqd=None if run.sqd is None else run.sqd.state_dict(),
-                             extra={"sft_done": True})

@@ -1,5 +1,6 @@
-"""What a run's parts share: its directory layout (`RunPaths`), the objects built once by
-`train` for every step (`Run`), its data, the stop signals, and the one-line `TrainError`.
+"""What a run's parts share: its directory layout (`RunPaths`), what `train` builds once for
+every step (`RunContext`, immutable) and what the steps change (`LoopState`, saved with each
+checkpoint), its data, the stop signals, and the one-line `TrainError`.
 """
 
 from __future__ import annotations
@@ -9,23 +10,31 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
+from hargo_hpc.algorithms.weighting import Weighting
 from hargo_hpc.config import ExperimentConfig
-from hargo_hpc.sqd import Sqd, StageSpec
+from hargo_hpc.sqd import SqdError, StageSpec
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
 from hargo_hpc.tasks.split import MixtureSampler
-from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+from hargo_hpc.train import checkpoint as ckpt
+from hargo_hpc.train.rollout import GenerationBackend, SamplingParams
+from hargo_hpc.train.sqd_run import SqdRun
 from hargo_hpc.train.updates import UpdateContext
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from hargo_hpc.train.engine import Engine
+    from hargo_hpc.train.rewards import RewardRouter
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
 CHECKPOINTS, EXPORT, METRICS, ROLLOUTS = "checkpoints", "export", "metrics.jsonl", "rollouts"
 FINISHED, SFT_DIR, TENSORBOARD, SQD_DIR = "finished.json", "sft", "tensorboard", "sqd"
-SQD_TASKS = ("gemm",)  # the tasks whose prompts SQD stages
 
 Log = Callable[[str], object]
 
@@ -76,31 +85,31 @@ class RunPaths:
         return self.root / ROLLOUTS / f"step_{step:06d}.jsonl"
 
 
-@dataclass
-class Run:
-    """What the steps share, built once by `train`."""
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What every step uses and no step changes, built once by `train` (keywords only).
+
+    accum: micro-batches per optimizer step (per rank); opt_steps: optimizer steps per pass
+    over a rollout batch; logprob_micro: rows per log-prob forward; needs_old: whether the
+    update needs the sampling policy's log-probs (off-policy). router: rank 0's reward router
+    (None on the other ranks). prompts: a memo of templated prompts (by example and stage).
+    """
 
     config: ExperimentConfig
     algorithm: ResolvedAlgorithm
-    engine: Any
-    tokenizer: Any
+    engine: Engine
+    tokenizer: PreTrainedTokenizerBase
     reference: torch.nn.Module | None
-    backend: HFGenerateBackend
-    router: Any
+    backend: GenerationBackend
+    router: RewardRouter | None
     tasks: dict[str, Task]
-    sampler: MixtureSampler
     prompt_format: str
     sampling: SamplingParams
-    accum: int  # micro-batches per optimizer step (per rank)
-    opt_steps: int  # optimizer steps per pass over a rollout batch
+    accum: int
+    opt_steps: int
     logprob_micro: int
     needs_old: bool
-    hargo_contrast: float | None = None
-    hargo_label_means: dict[str, float] = field(default_factory=dict)  # the label control's
     prompts: dict[str, str] = field(default_factory=dict)
-    sqd: Sqd | None = None  # SQD's stages for the GEMM prompts (sqd.enabled)
-    sqd_dir: Path | None = None
-    last_step_end: float = 0.0  # perf_counter at the end of the previous step's record
 
     def user_text(self, example: Example) -> str:
         return self.tasks[example.task].user_text(example)
@@ -111,9 +120,8 @@ class Run:
             self.accum, self.sampling.temperature, self.config.rollout.max_new_tokens,
             self.tokenizer, self.prompt_format, self.user_text)
 
-    def prompt_of(self, example: Example) -> str:
-        """The templated prompt; a GEMM problem's states its SQD stage's techniques."""
-        stage = self.stage_of(example)
+    def prompt_of(self, example: Example, stage: StageSpec | None) -> str:
+        """The templated prompt; a GEMM problem's at its SQD `stage` states its techniques."""
         key = example.id if stage is None else f"{example.id}@{stage.name}"
         text = self.prompts.get(key)
         if text is None:
@@ -122,11 +130,46 @@ class Run:
             text = self.prompts[key] = build_prompt(user, self.prompt_format, self.tokenizer)
         return text
 
+
+@dataclass
+class LoopState:
+    """What the loop changes from step to step, all of it in a checkpoint except the clock.
+
+    step: the last RL step done; sampler: the data position; weighting: the method's stateful
+    weighting (HARGO's running contrast; None: unweighted); sqd: SQD's stages (None: off);
+    last_step_end: perf_counter at the end of the previous step's record.
+    """
+
+    step: int
+    sampler: MixtureSampler
+    weighting: Weighting | None = None
+    sqd: SqdRun | None = None
+    last_step_end: float = 0.0
+
     def stage_of(self, example: Example) -> StageSpec | None:
         """The SQD stage of `example`'s problem now; None without SQD or for a text task."""
-        if self.sqd is None or example.task not in SQD_TASKS:
-            return None
-        return self.sqd.stage_of(example.meta["problem"]["name"])
+        return None if self.sqd is None else self.sqd.stage_of(example)
+
+    def trainer_state(self, config_hash: str) -> ckpt.TrainerState:
+        """The loop's part of a checkpoint at `step`."""
+        return ckpt.TrainerState(
+            step=self.step, config_hash=config_hash, sampler=self.sampler.state_dict(),
+            hargo={} if self.weighting is None else self.weighting.state_dict(),
+            handoff_step=self.step, sqd=None if self.sqd is None else self.sqd.state_dict(),
+            extra={"sft_done": True})
+
+    def restore(self, saved: ckpt.TrainerState, checkpoint: Path) -> None:
+        """Continue from a checkpoint's trainer state; TrainError for an SQD state that does
+        not fit this run."""
+        self.step = saved.step
+        self.sampler.load_state_dict(saved.sampler)
+        if self.weighting is not None:
+            self.weighting.load_state_dict(saved.hargo)
+        if self.sqd is not None and saved.sqd:
+            try:
+                self.sqd.load_state_dict(saved.sqd, f"the SQD state of checkpoint {checkpoint}")
+            except SqdError as err:
+                raise TrainError(str(err)) from None
 
 
 @dataclass

@@ -23,7 +23,7 @@ from hargo_hpc.train.run import (
     Data,
     DiscardWriter,
     Log,
-    Run,
+    RunContext,
     RunPaths,
     StopSignals,
     TrainError,
@@ -61,13 +61,13 @@ def sft_data(data: Data) -> list[SftItem]:
     return items
 
 
-def warm_start(run: Run, data: Data, path: Path, steps: int, stop: StopSignals,
+def warm_start(ctx: RunContext, data: Data, path: Path, steps: int, stop: StopSignals,
                log: Log) -> None:
     """`steps` SFT optimizer steps (training.sft_steps) before RL, logged to `path`."""
-    sft_loop(run.engine, run.tokenizer, run.prompt_format, sft_data(data),
-             seed=run.config.run.seed, steps=steps, accum=run.accum,
-             micro_batch_size=run.config.training.micro_batch_size,
-             max_target_tokens=run.config.rollout.max_new_tokens, path=path, stop=stop)
+    sft_loop(ctx.engine, ctx.tokenizer, ctx.prompt_format, sft_data(data),
+             seed=ctx.config.run.seed, steps=steps, accum=ctx.accum,
+             micro_batch_size=ctx.config.training.micro_batch_size,
+             max_target_tokens=ctx.config.rollout.max_new_tokens, path=path, stop=stop)
     log(f"SFT warm start: {steps} steps done ({path})")
 
 
