@@ -4,19 +4,20 @@ verification, timing, status and reward.
     run_request(request: dict, settings, *, cache_dir=None) -> dict   # handoff contract
     run_bench(BenchRequest, settings, ...) -> BenchResult             # dataclass API
 
-Read top to bottom: status.py, extract.py, techniques.py, validate.py, sandbox.py, cache.py,
-build.py, judge.c, kernel_main.c, uids.py, reference.py, runner.py, reward.py, roof.py,
-calibrate.py, commands.py. docs/bench.md has the rest. The names below are imported on first
+Read top to bottom: status.py, extract.py, techniques.py, validate.py, namespaces.py,
+defences.py, sandbox.py, cache.py, build.py, judge.c, kernel_main.c, uids.py, reference.py,
+judge_args.py, verdict.py, result.py, runner.py, reward.py, roof.py, calibrate.py, commands.py.
+docs/bench.md has the rest. The names below are imported on first
 use: `settings`, `status` and `techniques` stay light (the config imports them on a login node).
 """
 
 from hargo_hpc._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "HARNESS_VERSION": "hargo_hpc.bench.runner",
-    "BenchRequest": "hargo_hpc.bench.runner",
-    "BenchResult": "hargo_hpc.bench.runner",
-    "Problem": "hargo_hpc.bench.runner",
+    "HARNESS_VERSION": "hargo_hpc.bench.result",
+    "BenchRequest": "hargo_hpc.bench.result",
+    "BenchResult": "hargo_hpc.bench.result",
+    "Problem": "hargo_hpc.bench.result",
     "run_bench": "hargo_hpc.bench.runner",
     "run_request": "hargo_hpc.bench.runner",
     "BenchSettings": "hargo_hpc.bench.settings",

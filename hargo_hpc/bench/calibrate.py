@@ -18,7 +18,7 @@ from hargo_hpc.bench.sandbox import InfraError
 from hargo_hpc.bench.settings import BenchSettings
 
 REFERENCE_KERNELS = SHIPPED_KERNELS
-__all__ = ["REFERENCE_KERNELS", "Row", "calibrate", "kernel_source"]
+__all__ = ["REFERENCE_KERNELS", "Calibration", "Row", "calibrate", "kernel_source"]
 
 
 @dataclass
@@ -31,10 +31,18 @@ class Row:
     reward: float | None = None  # the row's reward (reward.py), as a request would get it
 
 
+@dataclass(frozen=True)
+class Calibration:
+    roof: float  # the reference's best call over the rows, GFLOPS
+    rows: list[Row]  # the first is the reference
+    path: str  # where the roof was stored
+    peak: dict | None  # the node's peak and bound as the runs derived them (peak.py)
+
+
 def calibrate(
     settings: BenchSettings, problem: Problem, *, cache_dir: str | None = None
-) -> tuple[float, list[Row], str]:
-    """(roof GFLOPS, table rows, where the roof was stored); the first row is the reference."""
+) -> Calibration:
+    """Every shipped kernel as a request, the reference's row first; the roof stored."""
     rows: list[Row] = []
     ref_medians: list[float] = []
     best_ref = 0.0
@@ -61,4 +69,4 @@ def calibrate(
     path = store_roof(allocated_threads(settings), problem.shape,
                       {"gflops": best_ref, "median": median, "reference": label,
                        "reference_kernel": kernel, "peak": peak})  # fmt: skip
-    return best_ref, rows, str(path)
+    return Calibration(best_ref, rows, str(path), peak)

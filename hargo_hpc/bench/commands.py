@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from hargo_hpc.bench.build import InfraError
-from hargo_hpc.bench.calibrate import calibrate
+from hargo_hpc.bench.calibrate import Calibration, calibrate
 from hargo_hpc.bench.runner import BenchRequest, Problem, run_bench
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
@@ -87,16 +87,32 @@ def calibrate_cmd(
     """Time the shipped kernels against the reference DGEMM (OpenBLAS); store the roof."""
     settings = _settings(size, reps, threads)
     try:
-        roof, rows, path = calibrate(settings, Problem.from_dict(None, settings),
-                                     cache_dir=cache_dir)  # fmt: skip
+        done = calibrate(settings, Problem.from_dict(None, settings), cache_dir=cache_dir)
     except InfraError as err:
         raise UsageFailure(str(err)) from None
-    click.echo(f"{'kernel':<22} {'status':<14} {'GFLOPS med':>10} {'best':>8} {'% ref':>7}")
-    for r in rows:
-        med = f"{r.median:10.2f}" if r.median is not None else f"{'-':>10}"
-        best = f"{r.best:8.2f}" if r.best is not None else f"{'-':>8}"
-        pct = (f"{r.percent_of_reference:6.1f}%" if r.percent_of_reference is not None
-               else f"{'-':>7}")  # fmt: skip
-        click.echo(f"{r.kernel:<22} {r.status:<14} {med} {best} {pct}")
-    click.echo(f"roof {roof:.2f} GFLOPS (the reference's best call; for reports, never for "
-               f"rewards) stored in {path}")
+    for line in calibration_lines(done):
+        click.echo(line)
+
+
+def _cell(value: float | None, width: int, fmt: str = ".2f") -> str:
+    return f"{value:{width}{fmt}}" if value is not None else f"{'-':>{width}}"
+
+
+def calibration_lines(done: Calibration) -> list[str]:
+    """The calibration table (GFLOPS, percent of the reference, reward of each row), then the
+    node's peak bound and the stored roof."""
+    lines = [f"{'kernel':<22} {'status':<14} {'GFLOPS med':>10} {'best':>8} {'% ref':>7} "
+             f"{'reward':>8}"]  # fmt: skip
+    for r in done.rows:
+        pct = f"{r.percent_of_reference:6.1f}%" if r.percent_of_reference is not None else "-"
+        lines.append(f"{r.kernel:<22} {r.status:<14} {_cell(r.median, 10)} {_cell(r.best, 8)} "
+                     f"{pct:>7} {_cell(r.reward, 8)}")  # fmt: skip
+    p = done.peak
+    if p:
+        lines.append(f"peak bound {p['bound']:.1f} GFLOPS ({p['margin']:g} x peak "
+                     f"{p['gflops']:.1f} = {p['cpus']} CPU(s) x {p['ghz']:g} GHz x "
+                     f"{p['flop_per_cycle']} FLOP/cycle, {p['isa']}; {p['clock_source']}): a run "
+                     "above it is suspicious")  # fmt: skip
+    lines.append(f"roof {done.roof:.2f} GFLOPS (the reference's best call; for reports, never "
+                 f"for rewards) stored in {done.path}")  # fmt: skip
+    return lines

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from hargo_hpc.bench import build as build_mod
-from hargo_hpc.bench import run_request
-from hargo_hpc.bench import sandbox as sandbox_mod
+from hargo_hpc.bench import namespaces, run_request
 from hargo_hpc.bench.build import TOOLCHAIN_VIEW, build_kernel
 from hargo_hpc.bench.cache import CompileCache
+from hargo_hpc.bench.namespaces import mountns_mode
 from hargo_hpc.bench.reference import kernel_source
-from hargo_hpc.bench.sandbox import Limits, base_env, mountns_mode, run_sandboxed, sandbox_ids
+from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.uids import leased_uid
 
@@ -198,7 +198,7 @@ def test_the_view_holds_only_the_toolchain_and_the_workdir(run_tmp) -> None:
 def test_without_a_mount_namespace_the_layer_is_missing_and_text_checks_hold(
     secret, settings, tmp_path, run_tmp, monkeypatch
 ) -> None:
-    monkeypatch.setattr(sandbox_mod, "mountns_mode", lambda: None)
+    monkeypatch.setattr(namespaces, "mountns_mode", lambda: None)
     res = build(kernel_source("naive"), settings, tmp_path / "cache")
     assert res.verdict == "built" and "mountns" not in res.sandbox
     assert any(m.startswith("mountns") for m in res.sandbox_unavailable), res.sandbox_unavailable

@@ -185,9 +185,11 @@ def test_cli_calibrate_prints_table_and_stores_roof(cache_dir, run_tmp) -> None:
                                      "--cache-dir", cache_dir])  # fmt: skip
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
-    assert lines[0].split()[:2] == ["kernel", "status"]
+    assert lines[0].split()[:2] == ["kernel", "status"] and lines[0].split()[-1] == "reward"
     for name in ("openblas", *REFERENCE_KERNELS):
         assert any(ln.startswith(name) and " ok " in ln for ln in lines), out.output
+    assert all(float(ln.split()[-1]) > 0 for ln in lines if ln.startswith(REFERENCE_KERNELS))
+    assert lines[-2].startswith("peak bound ") and "GFLOPS" in lines[-2]
     assert "roof" in lines[-1] and str(roof_file()) in lines[-1]
     assert load_roof(len(os.sched_getaffinity(0)), "96") > 0
 

@@ -19,11 +19,21 @@ import pytest
 
 from hargo_hpc.bench.build import Build, harness, resolve_compiler
 from hargo_hpc.bench.cache import CompileCache
+from hargo_hpc.bench.judge_args import JudgeArgs
 from hargo_hpc.bench.reference import kernel_source, reference
-from hargo_hpc.bench.runner import BenchResult, Problem, _execute, _reward_ok, _timings
+from hargo_hpc.bench.result import (
+    BenchRequest,
+    BenchResult,
+    JudgeRun,
+    Problem,
+    Stages,
+    make_record,
+)
+from hargo_hpc.bench.runner import _execute
 from hargo_hpc.bench.sandbox import sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.uids import leased_uid
+from hargo_hpc.bench.verdict import JudgeExit, parse_verdict
 
 from .procs import sandbox_processes
 from .sources import SIG
@@ -41,19 +51,23 @@ def unchecked_binary(code: str, directory: Path, settings: BenchSettings, cache_
     return directory / "k.bin"
 
 
-def judge(binary: Path, settings: BenchSettings, cache_dir: str) -> BenchResult:
-    """What runner._run does after the build: the reference, a leased uid, the judge."""
+def judged(binary: Path, settings: BenchSettings, cache_dir: str) -> tuple[JudgeRun, Stages]:
+    """What runner._stages does after the build: the reference, a leased uid, the judge."""
     problem = Problem.from_dict(None, settings)
-    res = BenchResult(request_id="judge-test", threads=len(os.sched_getaffinity(0)))
     ref = reference(settings, CompileCache(cache_dir), 60.0)
     build = Build("built", "", "", binary, False, 0.0)
     main = harness(CompileCache(cache_dir), resolve_compiler(settings.compiler)).judge
     with leased_uid(settings.sandbox_uids) as uid:
-        _execute(main, build, ref, problem, settings, res, settings.run_timeout_s,
-                 sandbox_ids(settings.sandbox_user, uid))  # fmt: skip
-    if res.status == "ok":
-        _reward_ok(res, settings)
-    return res
+        run = _execute(main, build, ref, problem, settings, settings.run_timeout_s,
+                       sandbox_ids(settings.sandbox_user, uid))  # fmt: skip
+    return run, Stages(run.verdict, build=build, ref=ref, run=run)
+
+
+def judge(binary: Path, settings: BenchSettings, cache_dir: str) -> BenchResult:
+    """The record of `binary` judged (`judged`)."""
+    _, stages = judged(binary, settings, cache_dir)
+    return make_record(BenchRequest("judge-test", "", Problem.from_dict(None, settings)),
+                       settings, stages, len(os.sched_getaffinity(0)), 0.0)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -216,13 +230,17 @@ def record(times: list[float], refs: list[float], cpu: list[tuple[float, float]]
             *[f"CPU {c} {w}" for c, w in cpu], "KEYS 00", "RESULT ok"]  # fmt: skip
 
 
-def parsed(lines: list[str], wall: float, threads: int = 2) -> BenchResult:
+def parsed(lines: list[str], wall: float, threads: int = 2,
+           peak: dict | None = None) -> BenchResult:  # fmt: skip
+    """The record of a 100^3 run whose judge wrote `lines` and ran `wall` seconds (on a node
+    whose peak is `peak`, else this one's)."""
     settings = BenchSettings(repetitions=2)
-    res = BenchResult(request_id="t", threads=threads)
-    _timings(res, lines, Problem(M=100, N=100, K=100), settings, wall)
-    if res.status == "ok":
-        _reward_ok(res, settings)
-    return res
+    problem = Problem(M=100, N=100, K=100)
+    args = JudgeArgs("k.bin", "ref.bin", 100, 100, 100, 97, 97, 97, 1, 2, 2, 0, 0, -1, -1,
+                     threads, 1000, 1000, 1 << 20)  # fmt: skip
+    verdict = parse_verdict(JudgeExit(0, None, False, wall, 10.0), lines, args)
+    return make_record(BenchRequest("t", "", problem), settings, Stages(verdict), threads, 0.0,
+                       peak)  # fmt: skip
 
 
 def test_the_reward_is_the_ratio_to_the_reference_of_the_same_run() -> None:
@@ -236,12 +254,7 @@ def test_the_reward_is_the_ratio_to_the_reference_of_the_same_run() -> None:
 
 def parsed_on(lines: list[str], peak_bound: float, wall: float = 0.5) -> BenchResult:
     """`parsed` on a node whose peak bound is `peak_bound` GFLOPS (not this machine's)."""
-    settings = BenchSettings(repetitions=2)
-    res = BenchResult(request_id="t", threads=2, peak={"gflops": peak_bound, "bound": peak_bound})
-    _timings(res, lines, Problem(M=100, N=100, K=100), settings, wall)
-    if res.status == "ok":
-        _reward_ok(res, settings)
-    return res
+    return parsed(lines, wall, peak={"gflops": peak_bound, "bound": peak_bound})
 
 
 def at(gflops: float) -> float:

@@ -13,7 +13,7 @@ import pytest
 from hargo_hpc.bench import run_request
 
 from .procs import sandbox_processes
-from .test_judge import judge, unchecked_binary
+from .test_judge import judged, unchecked_binary
 
 DATA = Path(__file__).parent / "data" / "review2"
 LICENSE = "/usr/share/common-licenses/GPL-3"
@@ -37,7 +37,7 @@ def test_a_failed_exec_is_the_kernels_when_a_known_good_one_runs(settings, cache
     from hargo_hpc.bench import runner
 
     binary = unchecked_binary((DATA / "interp.c").read_text(), tmp_path, settings, cache_dir)
-    res = judge(binary, settings, cache_dir)
+    res = judged(binary, settings, cache_dir)[0].verdict
     assert res.status == runner.EXEC_FAILED and "No such file" in res.reason, res.reason
     rec = runner._exec_probe(runner.harness(runner.CompileCache(cache_dir), "gcc").judge,
                              runner.reference(settings, runner.CompileCache(cache_dir), 60),
