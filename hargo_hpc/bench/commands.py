@@ -1,4 +1,5 @@
-"""`hargo bench ...`: benchmark one completion, or calibrate the machine's roof.
+"""`hargo bench ...`: benchmark one completion, calibrate the machine's roof, or list the
+sandbox's defences in force (doctor).
 
 Registered by hargo_hpc/cli.py (`main.add_command(bench)`); logic lives in runner/calibrate.
 """
@@ -13,7 +14,9 @@ import click
 
 from hargo_hpc.bench.build import InfraError
 from hargo_hpc.bench.calibrate import Calibration, calibrate
-from hargo_hpc.bench.runner import BenchRequest, Problem, run_bench
+from hargo_hpc.bench.defences import DEFENCES, JUDGE_DEFENCES
+from hargo_hpc.bench.reference import kernel_source
+from hargo_hpc.bench.runner import BenchRequest, BenchResult, Problem, run_bench
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 
@@ -115,4 +118,28 @@ def calibration_lines(done: Calibration) -> list[str]:
                      "above it is suspicious")  # fmt: skip
     lines.append(f"roof {done.roof:.2f} GFLOPS (the reference's best call; for reports, never "
                  f"for rewards) stored in {done.path}")  # fmt: skip
+    return lines
+
+
+@bench.command("doctor", context_settings=CONTEXT)
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="compile cache directory")
+def doctor_cmd(cache_dir: str | None) -> None:
+    """Judge the shipped naive kernel and print which sandbox defences were in force."""
+    settings = BenchSettings(size=32, check_size=7, warmup=0, repetitions=1, timed_budget_ms=0)
+    req = BenchRequest(id="doctor", completion=kernel_source("naive"),
+                       problem=Problem.from_dict(None, settings))  # fmt: skip
+    res = run_bench(req, settings, cache_dir=cache_dir)
+    for line in doctor_lines(res):
+        click.echo(line)
+    if res.status != "ok":
+        raise UsageFailure(f"the naive kernel did not run: {res.status}: {res.reason}")
+
+
+def doctor_lines(res: BenchResult) -> list[str]:
+    """Each defence with what it needs, then the record's in-force and unavailable lists."""
+    lines = [f"{'defence':<20} needs"]
+    lines += [f"{d.name:<20} {d.needs}" for d in DEFENCES]
+    lines += [f"{d.name + ' (judge)':<20} {d.needs}" for d in JUDGE_DEFENCES]
+    lines.append(f"in force: {', '.join(res.sandbox) or '-'}")
+    lines += ["unavailable: " + why for why in res.sandbox_unavailable] or ["unavailable: -"]
     return lines

@@ -1,16 +1,18 @@
 """What the record says, end to end: threads the object starts are a technique whether or not a
 stage forbids them; a worker holding many descriptors (a torch process) still starts the judge;
-`hargo bench calibrate` prints each kernel's reward and the node's peak bound."""
+`hargo bench calibrate` prints each kernel's reward and the node's peak bound; `hargo bench
+doctor` lists the defences and which were in force."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from click.testing import CliRunner
 
 from hargo_hpc.bench import defences, run_request
 from hargo_hpc.bench.calibrate import Calibration, Row
-from hargo_hpc.bench.commands import calibration_lines
+from hargo_hpc.bench.commands import bench, calibration_lines
 from hargo_hpc.bench.reference import kernel_source
 from hargo_hpc.bench.techniques import detect_techniques
 
@@ -80,3 +82,18 @@ def test_calibrate_prints_each_kernels_reward_and_the_peak_bound() -> None:
                         "FLOP/cycle, avx512f; 2 x cpu MHz 2600.000): a run above it is "
                         "suspicious")  # fmt: skip
     assert lines[5].startswith("roof 61.00 GFLOPS") and lines[5].endswith("/tmp/roof.json")
+
+
+def test_doctor_lists_every_defence_and_what_was_in_force(cache_dir, run_tmp) -> None:
+    out = CliRunner().invoke(bench, ["doctor", "--cache-dir", cache_dir])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    names = [d.name for d in defences.DEFENCES] + [f"{d.name} (judge)"
+                                                   for d in defences.JUDGE_DEFENCES]  # fmt: skip
+    assert [ln[:20].strip() for ln in lines[1:1 + len(names)]] == names
+    in_force = next(ln for ln in lines if ln.startswith("in force: "))
+    for layer in ("tempdir", "pgroup", "env", "rlimits"):
+        assert layer in in_force
+    told = in_force + " ".join(ln for ln in lines if ln.startswith("unavailable: "))
+    for layer in ("netns", "seccomp", "rt-priority", "uid", "cgroup", "compile:"):
+        assert layer in told, out.output
