@@ -72,6 +72,21 @@ def _scaled_deviations(rewards: Tensor, groups: Groups) -> tuple[Tensor, Tensor]
     return torch.where(live[groups.inverse], z, torch.zeros_like(z)), live
 
 
+def _at_the_mean(rewards: Tensor, groups: Groups) -> Tensor:
+    """[num] the rounding bound of z (`_scaled_deviations`): an r_i equal to r̄_g may come out
+    a little above or below it, since r̄_g is a rounded sum of n_g terms,
+
+        |δz| ≤ 4 n_g ε · max_{i∈g} |r_i| / max_{i∈g} |r_i − r̄_g|,
+
+    so `split` counts only z_i above this as above the mean (without it, an affine rewrite of
+    the rewards could move a reward that sits on the mean across it: [0, 0, 1.25, 1.75, 2, 1]
+    has mean 1, its tenth a mean of 0.1 + 1.4e-17)."""
+    eps = torch.finfo(rewards.dtype).eps
+    deviation = groups.max(groups.centred(rewards).abs())
+    bound = 4.0 * groups.sizes.to(rewards.dtype) * eps * groups.max(rewards.abs())
+    return bound / torch.where(deviation > 0, deviation, torch.ones_like(deviation))
+
+
 def balance_statistic(rewards: Tensor, groups: Groups) -> Tensor:
     """[num] b_g = ( mean_{i∈g} |r_i − r̄_g| / sd_g )²  with the population sd
     sd_g = sqrt(mean_{i∈g} (r_i − r̄_g)²); 0 for a flat group.
@@ -117,7 +132,7 @@ def split_statistic(rewards: Tensor, groups: Groups) -> Tensor:
     continuous noise about half the group lies above its mean, so s ≈ 1, the maximum: it cannot
     tell noise from a clean split (kept as an ablation row)."""
     z, live = _scaled_deviations(rewards, groups)
-    above = groups.mean((z > 0).to(rewards.dtype))
+    above = groups.mean((z > _at_the_mean(rewards, groups)[groups.inverse]).to(rewards.dtype))
     stat = 4.0 * above * (1.0 - above)
     return torch.where(live, stat, torch.zeros_like(stat)).clamp(0.0, 1.0)
 

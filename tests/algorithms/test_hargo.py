@@ -332,6 +332,19 @@ def test_scale_free_weights_invariant_to_an_affine_rewrite_of_one_group(
     torch.testing.assert_close(after, base, atol=1e-6, rtol=1e-6)
 
 
+def test_split_of_a_reward_on_its_group_mean_survives_a_rescaling() -> None:
+    """Found by the property above: 1.0 is the mean of [0, 0, 1.25, 1.75, 2, 1], but 0.1 is
+    not exactly the rounded mean of its tenth, so `z > 0` moved it across the split (q 3/6 ->
+    4/6, a weight 0.012 off); it is on the mean, within rounding, in both."""
+    rewards = torch.tensor([0.0] * 5 + [0.0, 0.0, 1.25, 1.75, 2.0, 1.0], dtype=D)
+    groups = torch.tensor([101] * 5 + [100] * 6)
+    ref, mask = _ref_for(rewards, 0)
+    rewritten = torch.where(groups == 100, 0.1 * rewards, rewards)
+    base, _ = hargo_weights(rewards, groups, ref, mask, discrimination_stat="split")
+    after, _ = hargo_weights(rewritten, groups, ref, mask, discrimination_stat="split")
+    torch.testing.assert_close(after, base, atol=1e-12, rtol=0)
+
+
 def test_std_batch_is_not_invariant_to_rescaling_one_group() -> None:
     # the first reading's weakness, on explicit numbers: doubling group 1's rewards doubles
     # σ_1, so D_1 / D_0 grows by √2 (p = ½; no clip: σ_0 = 0.7071, σ_1 = 0.1414 -> 0.2828)
