@@ -81,7 +81,9 @@ def sft(work: Path, args: argparse.Namespace) -> Path:
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
         raise SystemExit(f"the SFT warm start failed (exit {done.returncode}):\n{tail}")
-    return work / "sft" / "sft" / "export"
+    from hargo_hpc.runs import RunLayout
+
+    return RunLayout(work / "sft").sft.export  # run "sft" under work/, its SFT directory
 
 
 def child(work: Path, model: Path, staleness: int, index: int,

@@ -30,13 +30,14 @@ from hargo_hpc.errors import HargoError
 from hargo_hpc.eval.settings import EvalSettings
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd import SqdSettings
 from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
 from hargo_hpc.tasks.settings import RewardSettings
 from hargo_hpc.train.settings import ModelSection, RolloutSection, TrainingSection
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
-RESOLVED_NAME = "config.toml"
+RESOLVED_NAME = RunLayout.CONFIG
 
 
 class ConfigError(HargoError, ValueError):
@@ -166,9 +167,13 @@ class ExperimentConfig(_Section):
         """The directory of this run: `<run.dir>/<run.name>`."""
         return Path(self.run.dir) / self.run.name
 
+    def layout(self) -> RunLayout:
+        """The run directory's paths (`runs.RunLayout`)."""
+        return RunLayout(self.run_dir())
+
     def handoff_dir(self) -> Path:
         """Where trainer and bench workers meet: `handoff.dir`, or `<run dir>/handoff`."""
-        return Path(self.handoff.dir) if self.handoff.dir else self.run_dir() / "handoff"
+        return Path(self.handoff.dir) if self.handoff.dir else self.layout().handoff
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, with unset optional fields (None) left out, as TOML needs; of

@@ -15,6 +15,7 @@ import click
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.config import ConfigError, load_config
 from hargo_hpc.files import read_jsonl
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd import RESULTS, STATE, SqdError, SqdSettings, load_state_file
 
 PLOT = "gflops.png"
@@ -104,7 +105,7 @@ def stages(job: str, overrides: tuple[str, ...]) -> None:
 def report(run_dir: str) -> None:
     """Print each problem's stage history and archive (technique set, best GFLOPS, share of
     the in-run reference) from RUN_DIR/sqd/, and write RUN_DIR/sqd/gflops.png."""
-    directory = Path(run_dir) / "sqd"
+    directory = RunLayout(Path(run_dir)).sqd
     if not (directory / STATE).is_file():
         raise UsageFailure(f"{directory / STATE}: no such file; was {run_dir} trained with "
                            "sqd.enabled?")

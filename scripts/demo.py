@@ -74,10 +74,13 @@ def run_job(job: Path, argv: list[str], label: str) -> int:
     for png in sorted(report.glob("*.png")):
         print(f"plot:    {png}")
     # one run (the demo): its own export; a sweep (the paper table): each run's
-    runs = [root] if (root / "export").is_dir() else sorted(p.parent for p in root.glob("*/export"))
+    from hargo_hpc.runs import RunLayout
+
+    runs = [RunLayout(p) for p in ([root] if RunLayout(root).export.is_dir() else
+                                   sorted(p.parent for p in root.glob(f"*/{RunLayout.EXPORT}")))]
     for run in runs:
-        print(f"model:   {run / 'export'}")
-        print(f"metrics: {run / 'metrics.jsonl'}, {run / 'eval' / 'metrics.json'}")
+        print(f"model:   {run.export}")
+        print(f"metrics: {run.metrics}, {run.eval_metrics}")
     print(f"{label} ok in {time.monotonic() - started:.0f} s")
     return 0
 

@@ -37,6 +37,7 @@ from typing import Any
 from hargo_hpc.config import RESOLVED_NAME, ExperimentConfig, validate_config
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError, Example, Task
 
 FORMAT = 1
@@ -86,7 +87,8 @@ def is_model_dir(path: Path) -> bool:
 
 def run_export(run_dir: Path) -> Path:
     """The model a run produced: `export/`, else (an SFT-only run) `sft/export/`."""
-    for candidate in (run_dir / "export", run_dir / "sft" / "export"):
+    layout = RunLayout(run_dir)
+    for candidate in (layout.export, layout.sft.export):
         if is_model_dir(candidate):
             return candidate
     raise EvalError(f"{run_dir}: the run has no exported model yet (no export/config.json): "
@@ -113,7 +115,7 @@ def resolve_target(path_or_name: str, *, out: str | None = None,
         config = read_run_config(path)
         if tasks:
             config = _only_tasks(config, tasks, str(path))
-        return Target(str(run_export(path)), config, Path(out) if out else path / "eval",
+        return Target(str(run_export(path)), config, Path(out) if out else RunLayout(path).eval,
                       run_dir=path, baseline=config.model.path,
                       method=config.algorithm.name, seed=config.run.seed)
     if path_or_name in ("tiny", "smollm2") or is_model_dir(path):
@@ -359,7 +361,8 @@ def write_outputs(out: Path, metrics: dict[str, Any], tasks: dict[str, Task],
             write_atomic(predictions / f"{name}.baseline.jsonl",
                          _jsonl(items, theirs.texts[name], None))
     write_atomic(out / "table.md", format_table(metrics))
-    write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, allow_nan=False) + "\n")
+    write_atomic(out / RunLayout.EVAL_METRICS,
+                 json.dumps(metrics, indent=1, allow_nan=False) + "\n")
 
 
 def _jsonl(items: Sequence[Example], texts: Sequence[str],

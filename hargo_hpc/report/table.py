@@ -27,14 +27,13 @@ from typing import Any, NamedTuple
 
 from hargo_hpc.errors import HargoError
 from hargo_hpc.files import read_jsonl
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.names import TASK_NAMES
 
-CONFIG, METRICS = "config.toml", "metrics.jsonl"
-EVAL_METRICS = Path("eval") / "metrics.json"
-SQD_RESULTS, SQD_STATE = Path("sqd") / "results.jsonl", Path("sqd") / "state.json"
 EVAL_FORMAT = 1
 MISSING = "—"
-NOT_A_RUN = "not a run directory (no config.toml, metrics.jsonl or eval/metrics.json)"
+NOT_A_RUN = (f"not a run directory (no {RunLayout.CONFIG}, {RunLayout.METRICS} or "
+             f"{RunLayout.EVAL}/{RunLayout.EVAL_METRICS})")
 
 
 class ReportError(HargoError, ValueError):
@@ -241,11 +240,12 @@ def load_run(path: str | Path) -> RunSummary:
         raise ReportError(f"{path}: no such directory")
     if not root.is_dir():
         raise ReportError(f"{path}: not a directory")
-    if not any((root / f).is_file() for f in (CONFIG, METRICS, EVAL_METRICS)):
+    layout = RunLayout(root)
+    if not _holds_a_run(layout):
         raise ReportError(f"{path}: {NOT_A_RUN}")
-    config = _read_toml(root / CONFIG) if (root / CONFIG).is_file() else {}
-    evaluation = _read_eval(root / EVAL_METRICS) if (root / EVAL_METRICS).is_file() else None
-    records = _records(root / METRICS)
+    config = _read_toml(layout.config) if layout.config.is_file() else {}
+    evaluation = _read_eval(layout.eval_metrics) if layout.eval_metrics.is_file() else None
+    records = _records(layout.metrics)
     method = _dig(config, "algorithm", "name") or _dig(evaluation, "method")
     seed = _dig(config, "run", "seed")
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -259,20 +259,26 @@ def load_run(path: str | Path) -> RunSummary:
     eval_tasks = _dig(evaluation, "tasks")
     tasks |= set(eval_tasks) if isinstance(eval_tasks, dict) else set()
     tasks |= _record_tasks(records)
-    sqd = tuple(r for r in read_jsonl(root / SQD_RESULTS) if isinstance(r, dict))
+    sqd = tuple(r for r in read_jsonl(layout.sqd_results) if isinstance(r, dict))
     return RunSummary(
         path=root, method=str(method) if method else "unknown",
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         name=name, tasks=_task_order(t for t in tasks if isinstance(t, str) and t),
         evaluation=evaluation, records=records, sqd_results=sqd,
-        sqd_stages=_sqd_stages(root / SQD_STATE))
+        sqd_stages=_sqd_stages(layout.sqd_state))
+
+
+def _holds_a_run(layout: RunLayout) -> bool:
+    """Whether the directory has a run's config, metrics or evaluation."""
+    return any(p.is_file() for p in (layout.config, layout.metrics, layout.eval_metrics))
 
 
 def _sweep_points(root: Path) -> list[Path]:
     """The run directories of a sweep's submission directory (its config.toml has a
     `[sweep]` and it has no metrics of its own); [] for anything else."""
-    config = root / CONFIG
-    if not config.is_file() or (root / METRICS).is_file() or (root / EVAL_METRICS).is_file():
+    layout = RunLayout(root)
+    config = layout.config
+    if not config.is_file() or layout.metrics.is_file() or layout.eval_metrics.is_file():
         return []
     try:
         sweep = tomllib.loads(config.read_text(encoding="utf-8")).get("sweep")
@@ -280,8 +286,7 @@ def _sweep_points(root: Path) -> list[Path]:
         return []
     if not sweep:
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir()
-                  and any((p / f).is_file() for f in (CONFIG, METRICS, EVAL_METRICS)))
+    return sorted(p for p in root.iterdir() if p.is_dir() and _holds_a_run(RunLayout(p)))
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[RunSummary]:

@@ -54,6 +54,7 @@ from hargo_hpc.config import (
 from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
 from hargo_hpc.slurm.options import minutes
 from hargo_hpc.slurm.render import render_script
@@ -157,7 +158,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         if handoff_dir is not None:
             update["handoff"] = point.handoff.model_copy(update={
                 "dir": str(handoff_dir), "step_offset": index * STEP_SPAN, "local_workers": 0})
-        stem = (run_dir / "config" if config_dir is None
+        stem = (RunLayout(run_dir).config.with_suffix("") if config_dir is None
                 else config_dir.absolute() / (label or config.run.name))
         run = PlannedRun(index, label, point.model_copy(update=update), overrides,
                          Path(f"{stem}.toml"))  # (a label may hold dots: no with_suffix)
@@ -165,7 +166,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
             run.sft_config, run.sft_config_file = run.config, Path(f"{stem}.sft.toml")
             run.config = run.config.model_copy(update={
                 "model": run.config.model.model_copy(update={
-                    "path": str(run_dir / "sft" / "export")}),
+                    "path": str(RunLayout(run_dir).sft.export)}),
                 "training": run.config.training.model_copy(update={"sft_steps": 0})})
         runs.append(run)
     if len(runs) > 1 and config.training.sft_steps and len(
@@ -229,8 +230,10 @@ def _share_sft(runs: list[PlannedRun], root: Path, config_dir: Path | None) -> N
     assert first.sft_config is not None
     shared = first.sft_config.model_copy(update={"run": first.sft_config.run.model_copy(
         update={"dir": str(root.parent), "name": root.name})})
-    stem = root / "config" if config_dir is None else config_dir.absolute() / root.name
-    export = str(root / "sft" / "export")
+    shared_layout = RunLayout(root)  # the shared SFT run's directory is the submission's
+    stem = (shared_layout.config.with_suffix("") if config_dir is None
+            else config_dir.absolute() / root.name)
+    export = str(shared_layout.sft.export)
     for run in runs:
         run.sft_config = run.sft_config_file = None
         run.config = run.config.model_copy(update={
@@ -291,7 +294,8 @@ def graph(plan: Plan) -> str:
 
 def check_fresh(plan: Plan) -> None:
     """SubmitError when the submission directory (or a run's) holds a submission already."""
-    metrics = [r.dir / part / "metrics.jsonl" for r in plan.runs for part in (".", "sft")]
+    metrics = [path for r in plan.runs
+               for path in (RunLayout(r.dir).metrics, RunLayout(r.dir).sft.metrics)]
     for path in [plan.root / MANIFEST, *metrics]:
         if path.exists():
             raise SubmitError(f"{path.parent} holds a submission or run already; continue "

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.slurm.jobs import FINISHED, SlurmError, _run
 from hargo_hpc.slurm.manifest import JobEntry, Manifest, ManifestError
 
@@ -39,7 +40,6 @@ UNKNOWN = "UNKNOWN"  # neither sacct nor squeue lists it (purged, or a wrong id)
 NOT_SUBMITTED = "NOT_SUBMITTED"  # job_id "" in the manifest: sbatch was never reached
 LOCAL = "LOCAL"  # executor "local": Slurm knows nothing of it
 STOP_REASON = "cancelled by hargo cancel"
-METRICS, FINISHED_FILE = "metrics.jsonl", "finished.json"  # hargo_hpc.train.loop's names
 
 _ARRAY_PART = re.compile(r"^(?P<first>\d+)(?:-(?P<last>\d+)(?::(?P<stride>\d+))?)?$")
 _JOB_ID = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?$")
@@ -276,13 +276,13 @@ def status(manifest: Manifest, states: dict[str, str] | None = None) -> Submissi
 
 
 def _run_progress(index: int, label: str, run_dir: str, config: str, state: str) -> RunProgress:
-    root = Path(run_dir)
+    layout = RunLayout(Path(run_dir))
     progress = RunProgress(index, label, run_dir, state, steps=configured_steps(config))
-    record = last_record(root / METRICS)
+    record = last_record(layout.metrics)
     if record is not None:
         progress.step = _number(record.get("step"), int)
         progress.reward = _number(record.get("reward"), float)
-    done = _read_json(root / FINISHED_FILE)
+    done = _read_json(layout.finished)
     if done is not None:
         progress.finished = True
         progress.step = _number(done.get("step"), int) if "step" in done else progress.step

@@ -122,7 +122,7 @@ def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
     cfg = _config(job, overrides)
     from hargo_hpc.train import loop
 
-    finished = cfg.run_dir() / loop.SFT_DIR / loop.FINISHED
+    finished = cfg.layout().sft.finished
     if if_needed and finished.is_file():
         click.echo(f"{finished.parent}: SFT finished already; nothing to do")
         return

@@ -28,6 +28,7 @@ from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import make_weighting
 from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.split import MixtureSampler
 from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
@@ -35,17 +36,11 @@ from hargo_hpc.train import metrics as m
 from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
     EXIT_REQUEUE,
-    FINISHED,
-    METRICS,
-    SFT_DIR,
-    SQD_DIR,
-    TENSORBOARD,
     Data,
     DiscardWriter,
     Log,
     LoopState,
     RunContext,
-    RunPaths,
     StopSignals,
     TrainError,
     TrainResult,
@@ -70,6 +65,8 @@ from hargo_hpc.train.step import Rollout, finish_step, resume_rollout, start_ste
 if TYPE_CHECKING:
     from hargo_hpc.train.local_workers import LocalWorkers
 
+FINISHED, SFT_DIR = RunLayout.FINISHED, RunLayout.SFT  # (their paths: runs.RunLayout)
+
 # the entry points (the CLI, evaluation, tests); one step is train.step, the set-up train.setup
 __all__ = ["EXIT_REQUEUE", "FINISHED", "SFT_DIR", "TrainError", "TrainResult", "export_model",
            "sft_run", "sft_sample_texts", "train"]
@@ -81,7 +78,7 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
     """Run (or, with `resume`, continue) the experiment; see the module docstring. Under
     several ranks (WORLD_SIZE > 1) every rank calls it; it creates the process group unless
     one exists (and then destroys it at the end); docs/training.md, "Several ranks"."""
-    paths = RunPaths(config.run_dir())
+    paths = config.layout()
     env = distributed.detect()
     algorithm, accum = resolve(config, env.world_size)
     own_group = env.world_size > 1 and not torch.distributed.is_initialized()
@@ -95,7 +92,7 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
             distributed.teardown()
 
 
-def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorithm, accum: int,
+def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgorithm, accum: int,
            env: distributed.DistEnv, *, resume: bool, log: Log,
            on_step: Callable[[dict[str, Any]], object] | None, progress: bool) -> TrainResult:
     config_hash = ckpt.config_hash(config.to_toml())
@@ -112,12 +109,12 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
                                  log=log, progress=progress)
     t, main = config.training, env.is_main
     saved: Path | None = checkpoint
-    writing = (m.MetricsWriter(paths.metrics, _tb_dir(paths)) if main
+    writing = (m.MetricsWriter(paths.metrics, paths.tensorboard) if main
                else contextlib.nullcontext(DiscardWriter()))
     with (workers or contextlib.nullcontext(), ctx.router or contextlib.nullcontext(),
           StopSignals() as stop, writing as writer):
         if state.step == 0 and t.sft_steps:
-            warm_start(ctx, data, paths.sft / METRICS, t.sft_steps, stop, log)
+            warm_start(ctx, data, paths.sft.metrics, t.sft_steps, stop, log)
             if stop.requested:
                 return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
         in_flight = _in_flight(ctx, state, data, checkpoint)  # max_staleness 1: the next step
@@ -157,7 +154,7 @@ def _train(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     return TrainResult(paths.root, paths.metrics, state.step, saved, export)
 
 
-def _start(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorithm, accum: int,
+def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgorithm, accum: int,
            env: distributed.DistEnv, data: Data, checkpoint: Path | None, *, log: Log,
            progress: bool) -> tuple[RunContext, LoopState, LocalWorkers | None]:
     """Models, the engine, the sampler, the weighting and SQD (their state from `checkpoint`
@@ -187,7 +184,7 @@ def _start(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     except ValueError as err:
         raise TrainError(str(err)) from None
     state = LoopState(step=0, sampler=sampler, weighting=make_weighting(algorithm),
-                      sqd=SqdRun.of(config.sqd, data.train, data.tasks, paths.root / SQD_DIR,
+                      sqd=SqdRun.of(config.sqd, data.train, data.tasks, paths.sqd,
                                     float(config.bench.penalties.format_violation)))
     if checkpoint is not None:
         saved = engine.load_checkpoint(paths.checkpoints, checkpoint.name)
@@ -195,7 +192,7 @@ def _start(config: ExperimentConfig, paths: RunPaths, algorithm: ResolvedAlgorit
     if env.is_main:
         m.truncate_after(paths.metrics, state.step)
         if state.step == 0 and t.sft_steps:  # the warm start logs afresh (not `hargo sft`'s)
-            m.truncate_after(paths.sft / METRICS, 0)
+            m.truncate_after(paths.sft.metrics, 0)
         if state.sqd is not None:
             state.sqd.truncate_after(state.step)
     handoff_dir = (config.handoff_dir() if any(task.remote for task in data.tasks.values())
@@ -240,7 +237,3 @@ def _in_flight(ctx: RunContext, state: LoopState, data: Data,
         return None
     examples = {(e.task, e.id): e for items in data.train.values() for e in items}
     return resume_rollout(ctx, state, saved, examples)
-
-
-def _tb_dir(paths: RunPaths) -> Path:
-    return paths.root / TENSORBOARD

@@ -1,4 +1,4 @@
-"""What a run's parts share: its directory layout (`RunPaths`), what `train` builds once for
+"""What a run's parts share: what `train` builds once for
 every step (`RunContext`, immutable) and what the steps change (`LoopState`, saved with each
 checkpoint), its data, the stop signals, and the one-line `TrainError`.
 """
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from hargo_hpc.train.rewards import RewardRouter
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
-CHECKPOINTS, EXPORT, METRICS, ROLLOUTS = "checkpoints", "export", "metrics.jsonl", "rollouts"
-FINISHED, SFT_DIR, TENSORBOARD, SQD_DIR = "finished.json", "sft", "tensorboard", "sqd"
 
 Log = Callable[[str], object]
 
@@ -55,34 +53,6 @@ class TrainResult:
     export: Path | None
     interrupted: bool = False
     already_finished: bool = False
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    root: Path
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / CHECKPOINTS
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / METRICS
-
-    @property
-    def export(self) -> Path:
-        return self.root / EXPORT
-
-    @property
-    def finished(self) -> Path:
-        return self.root / FINISHED
-
-    @property
-    def sft(self) -> Path:
-        return self.root / SFT_DIR
-
-    def rollouts(self, step: int) -> Path:
-        return self.root / ROLLOUTS / f"step_{step:06d}.jsonl"
 
 
 @dataclass(frozen=True, kw_only=True)

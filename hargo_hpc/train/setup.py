@@ -13,6 +13,7 @@ import torch
 
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
 from hargo_hpc.config import ExperimentConfig
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError
 from hargo_hpc.tasks.data import load_tasks
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
@@ -20,7 +21,7 @@ from hargo_hpc.tasks.registry import get_task
 from hargo_hpc.tasks.split import split_examples
 from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import distributed
-from hargo_hpc.train.run import Data, Log, RunPaths, TrainError
+from hargo_hpc.train.run import Data, Log, TrainError
 from hargo_hpc.train.settings import check_batch_shape
 from hargo_hpc.train.sft import has_target
 
@@ -47,14 +48,14 @@ def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgo
     return algorithm, accum
 
 
-def _saved_hash(paths: RunPaths) -> str | None:
+def _saved_hash(paths: RunLayout) -> str | None:
     try:
-        return ckpt.config_hash((paths.root / "config.toml").read_text(encoding="utf-8"))
+        return ckpt.config_hash(paths.config.read_text(encoding="utf-8"))
     except OSError:
         return None
 
 
-def claim_run_dir(paths: RunPaths, config_hash: str, resume: bool) -> Path | None:
+def claim_run_dir(paths: RunLayout, config_hash: str, resume: bool) -> Path | None:
     """The checkpoint to continue from (None: start at step 0). TrainError when the directory
     holds a run and `resume` is not set, or a resume meets another config."""
     finished = paths.finished.is_file()
@@ -68,7 +69,7 @@ def claim_run_dir(paths: RunPaths, config_hash: str, resume: bool) -> Path | Non
         return None
     saved = _saved_hash(paths)
     if saved is not None and saved != config_hash:
-        raise TrainError(f"refusing to resume: {paths.root}/config.toml hashes to {saved}, "
+        raise TrainError(f"refusing to resume: {paths.config} hashes to {saved}, "
                          f"this config to {config_hash} (another experiment's run directory)")
     if latest is None:
         return None

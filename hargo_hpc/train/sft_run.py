@@ -15,16 +15,15 @@ import torch
 
 from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
-    SFT_DIR,
     Data,
     DiscardWriter,
     Log,
     RunContext,
-    RunPaths,
     StopSignals,
     TrainError,
     TrainResult,
@@ -127,7 +126,7 @@ def sft_run(config: ExperimentConfig, *, log: Log = print,
 def _sft_run(config: ExperimentConfig, accum: int, *, log: Log,
              on_step: Callable[[dict[str, Any]], object] | None) -> TrainResult:
     t = config.training
-    paths = RunPaths(config.run_dir() / SFT_DIR)
+    paths = RunLayout(config.run_dir()).sft
     taken = paths.finished.is_file() or paths.metrics.is_file()
     distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
     if taken:
