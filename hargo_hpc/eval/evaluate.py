@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hargo_hpc.config import RESOLVED_NAME, ExperimentConfig, validate_config
+from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.runs import RunLayout
@@ -48,7 +49,7 @@ HPCGPT_SAMPLING = {"temperature": 0.2, "top_p": 0.95}  # the HPC-GPT paper's dec
 Log = Callable[[str], object]
 
 
-class EvalError(ValueError):
+class EvalError(HargoError, ValueError):
     """The evaluation cannot run (one line naming the path or option)."""
 
 

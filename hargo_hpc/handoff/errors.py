@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+from hargo_hpc.errors import HargoError
 
-class HandoffError(RuntimeError):
+
+class HandoffError(HargoError, RuntimeError):
     """A handoff operation that cannot go on (missing or read-only directory, full disk, ...)."""
 
 
-class SchemaError(ValueError):
+class SchemaError(HargoError, ValueError):
     """A handoff file that is not valid JSON of a known kind and supported version."""
 
 

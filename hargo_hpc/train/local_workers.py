@@ -42,6 +42,7 @@ from typing import Any
 import psutil
 import tomli_w
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.trainer import Trainer
@@ -71,7 +72,7 @@ main(args=sys.argv[2:], prog_name="hargo")
 """
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(HargoError, RuntimeError):
     """A local bench worker exited before the trainer stopped it (one line)."""
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.trainer import Trainer
@@ -49,7 +50,7 @@ __all__ = ["RewardBatch", "RewardError", "RewardRouter", "WorkerDied", "request_
 Liveness = Callable[[str], None]  # raises (WorkerDied) when a worker is gone; arg: what waits
 
 
-class RewardError(RuntimeError):
+class RewardError(HargoError, RuntimeError):
     """A step's rewards cannot be had (one line): e.g. the handoff holds another batch."""
 
 

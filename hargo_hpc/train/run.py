@@ -17,6 +17,7 @@ import torch
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import Weighting
 from hargo_hpc.config import ExperimentConfig
+from hargo_hpc.errors import HargoError
 from hargo_hpc.sqd import SqdError, StageSpec
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
@@ -37,7 +38,7 @@ EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun 
 Log = Callable[[str], object]
 
 
-class TrainError(ValueError):
+class TrainError(HargoError, ValueError):
     """A run that cannot start or continue; the message is one line for the user."""
 
 
