@@ -50,9 +50,9 @@ def test_importing_the_config_loads_only_the_light_core() -> None:
 
 def test_status_taxonomy_is_shared_without_the_bench_runtime() -> None:
     loaded = modules_loaded_by("import hargo_hpc.handoff.schema")
-    assert "hargo_hpc.bench.status" in loaded
+    assert "hargo_hpc.bench.status" in loaded and "hargo_hpc.bench.contract" in loaded
     assert not [m for m in loaded if m.startswith("hargo_hpc.bench.") and m not in (
-        "hargo_hpc.bench.status",)]
+        "hargo_hpc.bench.status", "hargo_hpc.bench.contract")]
     assert "hargo_hpc.handoff.worker" not in loaded
 
 

@@ -1,6 +1,7 @@
-"""The request and the result record of one benchmark, and how the record is made: once, from
-what the request's stages produced (`Stages`: the source, the build, the reference, the judge's
-run and the verdict), by `make_record`; an `ok` verdict is scored here (`score`).
+"""The problem and the result record of one benchmark (the request: `contract.py`), and how the
+record is made: once, from what the request's stages produced (`Stages`: the source, the build,
+the reference, the judge's run and the verdict), by `make_record`; an `ok` verdict is scored
+here (`score`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hargo_hpc.bench.build import Build
+from hargo_hpc.bench.contract import BenchRequest
 from hargo_hpc.bench.peak import machine_peak
 from hargo_hpc.bench.reference import Reference
 from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
@@ -50,13 +52,15 @@ class Problem:
         return replace(problem, name=str(d.get("name") or f"dgemm-{problem.shape}"))
 
 
-@dataclass
-class BenchRequest:
-    id: str
-    completion: str
-    problem: Problem = field(default_factory=Problem)
-    forbidden: list[str] = field(default_factory=list)
-    stage: int | None = None
+def problem_of(req: BenchRequest, settings: BenchSettings) -> Problem:
+    """The problem of a request (`contract.BenchRequest.problem`): a `Problem` as it is, None
+    the default `Problem()` (256^3), a mapping `Problem.from_dict` (ValueError or TypeError for
+    a bad one)."""
+    if isinstance(req.problem, Problem):
+        return req.problem
+    if req.problem is None:
+        return Problem()
+    return Problem.from_dict(dict(req.problem), settings)
 
 
 @dataclass
@@ -173,7 +177,8 @@ def score(verdict: Verdict, measured: dict[str, Any], threads: int, settings: Be
 def make_record(req: BenchRequest, settings: BenchSettings, stages: Stages, threads: int,
                 elapsed_s: float, peak: dict[str, Any] | None = None) -> BenchResult:  # fmt: skip
     """The result record of `req`, from its stages (one constructor call)."""
-    p, src, build, ref, run = req.problem, stages.source, stages.build, stages.ref, stages.run
+    p, src, build, ref, run = (problem_of(req, settings), stages.source, stages.build, stages.ref,
+                               stages.run)
     timing = stages.verdict.timing if stages.verdict.status == "ok" else None
     measured = timing.record_fields(p.flops) if timing else {}
     scored = score(stages.verdict, measured, threads, settings, peak)

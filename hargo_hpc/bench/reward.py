@@ -17,13 +17,17 @@ than another gets less. It is `suspicious` (reward 0) only above what no kernel 
 reach: its median GFLOPS over the node's theoretical peak bound (`is_suspicious`, peak.py), or
 CPU time outside the timed calls (runner.py). Load on the node and the node's speed slow g and
 g_ref alike, so q cancels them; no number measured earlier (a stored roof) enters the reward.
+
+What a reader of a record takes as its reward (the GEMM task, so the trainer and the
+evaluation, and SQD's required-technique rule) is decided once, by `record_reward`.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.status import UNSCORED
@@ -83,3 +87,30 @@ def shaped_reward(gflops: float, ratio: float | None, settings: BenchSettings) -
     if settings.shaping == "scaled":
         return s * 100.0 * (q if q <= 1.0 else 2.0 - 1.0 / q)
     return s * 100.0 * math.log10(1.0 + 9.0 * q)
+
+
+def record_reward(record: Mapping[str, Any], *, missing: Sequence[str] = (),
+                  penalty: float | None = None) -> float | None:  # fmt: skip
+    """The reward of one bench result record, for everyone who reads one: the GEMM task
+    (`Gemm.reward_from_record`: the trainer's reward router, the evaluation's reward_mean) and
+    SQD, which passes the techniques its stage requires that the kernel lacks (`missing`,
+    `Sqd.required_miss`) and their `penalty` (bench.penalties.format_violation). First match:
+
+        status infra_error, or `scored` false      None  (not a reward: the row is unscored)
+        `reward` missing or not a finite number    None
+        status ok and `missing` not empty          penalty
+        otherwise                                  record["reward"]  (the bench's: the table
+                                                                     above, `shaped_reward`)
+
+    ValueError when `missing` needs a penalty and none was given.
+    """
+    if record.get("status") in UNSCORED or record.get("scored") is False:
+        return None
+    reward = record.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        return None
+    if missing and record.get("status") == "ok":
+        if penalty is None:
+            raise ValueError(f"techniques {', '.join(missing)} are missing but no penalty is set")
+        return float(penalty)
+    return float(reward)

@@ -4,8 +4,9 @@
             -> run the judge in the sandbox (candidate and reference, interleaved)
             -> parse its verdict -> status -> reward (of g / g_ref)
 
-`run_bench` is the dataclass API; `run_request` the dict-in / dict-out contract of the handoff
-worker.  Neither raises for anything the completion does: harness failures become `infra_error`.
+`run_bench` is the typed API (`contract.BenchRequest`, the one request type); `run_request` the
+dict-in / dict-out contract of the handoff worker.  Neither raises for anything the completion
+does: harness failures become `infra_error`.
 Timeouts nest: compile <= compile_timeout_s, run <= run_timeout_s, both within
 request_timeout_s of the request's start.
 """
@@ -32,6 +33,7 @@ from hargo_hpc.bench.build import (
 )
 from hargo_hpc.bench.cache import CompileCache
 from hargo_hpc.bench.cgroups import run_cgroup
+from hargo_hpc.bench.contract import BenchRequest
 from hargo_hpc.bench.cpulocks import cpus_held
 from hargo_hpc.bench.defences import judge_layers
 from hargo_hpc.bench.extract import extract_code
@@ -39,13 +41,13 @@ from hargo_hpc.bench.judge_args import JudgeArgs
 from hargo_hpc.bench.reference import Reference, kernel_source, reference
 from hargo_hpc.bench.result import (
     HARNESS_VERSION,
-    BenchRequest,
     BenchResult,
     JudgeRun,
     Problem,
     Source,
     Stages,
     make_record,
+    problem_of,
 )
 from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
@@ -67,8 +69,9 @@ def allocated_threads(settings: BenchSettings) -> int:
 def run_request(
     request: dict[str, Any], settings: BenchSettings, *, cache_dir: str | None = None
 ) -> dict[str, Any]:
-    """The handoff contract: request dict (id, completion, problem?, forbidden?, stage?) ->
-    result record dict.  Never raises."""
+    """The handoff contract: request dict (`contract.BenchRequest`'s fields: id, completion,
+    problem?, forbidden?, stage?) -> result record dict; the problem's defaults are `settings`'
+    sizes.  Never raises: a bad request is `infra_error` ("bad request: ...")."""
     rid = str(request.get("id", "")) if isinstance(request, dict) else ""
     try:
         req = BenchRequest(
@@ -88,6 +91,10 @@ def run_bench(
 ) -> BenchResult:
     """Benchmark one request (see module docstring); never raises."""
     start = time.monotonic()
+    try:  # the problem resolved once (`problem_of`)
+        req = req.model_copy(update={"problem": problem_of(req, settings)})
+    except (ValueError, TypeError) as err:
+        return BenchResult(request_id=req.id, reason=f"bad request: {err}")
     deadline = start + settings.request_timeout_s
     try:
         with leased_uid(settings.sandbox_uids) as uid:
@@ -127,7 +134,7 @@ def _stages(req: BenchRequest, settings: BenchSettings, cache_dir: str | None, u
             deadline: float) -> Stages:  # fmt: skip
     """extract -> check -> build -> reference -> judge, as far as the request gets."""
     try:
-        forbidden = normalise_forbidden(req.forbidden)
+        forbidden = normalise_forbidden(list(req.forbidden or []))
     except ValueError as err:
         return Stages(Verdict("infra_error", f"bad request: {err}"))
     done: dict[str, Any] = {"forbidden": forbidden}
@@ -151,7 +158,8 @@ def _stages(req: BenchRequest, settings: BenchSettings, cache_dir: str | None, u
             raise Violation("uses technique(s) forbidden at this stage: openmp "
                             f"(the object calls {', '.join(build.openmp[:3])})")  # fmt: skip
         done["ref"] = ref = reference(settings, cache, max(1.0, deadline - time.monotonic()))
-        verdict, done["run"] = _timed_run(req.problem, settings, build, ref, cache, ids, deadline)
+        verdict, done["run"] = _timed_run(problem_of(req, settings), settings, build, ref,
+                                           cache, ids, deadline)
         return Stages(verdict, **done)
     except Exception as err:
         return _failed(err, settings, **done)

@@ -40,9 +40,9 @@ from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError, Example, Task
+from hargo_hpc.tasks.registry import task_class, task_names
 
 FORMAT = 1
-TEXT_TASKS = ("data_race_c", "data_race_fortran", "mlperf_qa", "plp_qa")
 DEFAULT_EVAL_FRACTION = 0.2
 EVAL_STEP = STEP_SPAN - 1  # evaluation's handoff step: the last of a run's span
 HPCGPT_SAMPLING = {"temperature": 0.2, "top_p": 0.95}  # the HPC-GPT paper's decoding
@@ -108,6 +108,12 @@ def read_run_config(run_dir: Path) -> ExperimentConfig:
         raise EvalError(str(err)) from None
 
 
+def text_tasks() -> list[str]:
+    """The registered tasks rewarded in process (not `Task.remote`), in registry order: what a
+    bare model is evaluated on by default."""
+    return [name for name in task_names() if not task_class(name).remote]
+
+
 def resolve_target(path_or_name: str, *, out: str | None = None,
                    tasks: Sequence[str] | None = None) -> Target:
     """The `Target` of MODEL_OR_RUN_DIR (module docstring); EvalError for anything else."""
@@ -120,7 +126,7 @@ def resolve_target(path_or_name: str, *, out: str | None = None,
                       run_dir=path, baseline=config.model.path,
                       method=config.algorithm.name, seed=config.run.seed)
     if path_or_name in ("tiny", "smollm2") or is_model_dir(path):
-        names = list(tasks or TEXT_TASKS)
+        names = list(tasks or text_tasks())
         config = validate_config({"data": {"tasks": [{"name": n} for n in names],
                                            "eval_fraction": DEFAULT_EVAL_FRACTION}})
         return Target(path_or_name, config, Path(out) if out else Path("eval"))
@@ -378,13 +384,13 @@ def _jsonl(items: Sequence[Example], texts: Sequence[str],
     return "".join(line + "\n" for line in lines)
 
 
-HEADLINE = {
-    "data_race_c": ("f1", "adjusted_f1", "accuracy"),
-    "data_race_fortran": ("f1", "adjusted_f1", "accuracy"),
-    "mlperf_qa": ("exact_match", "f1", "share_over_40"),
-    "plp_qa": ("similarity", "mean_chars"),
-    "gemm": ("ok_share", "gflops_max", "ratio_max"),
-}
+def headline(name: str) -> tuple[str, ...]:
+    """The metrics task `name`'s table row shows (`Task.headline`); () for a task that is not
+    registered or names none."""
+    try:
+        return task_class(name).headline
+    except ValueError:
+        return ()
 
 
 def format_table(metrics: dict[str, Any]) -> str:
@@ -393,8 +399,8 @@ def format_table(metrics: dict[str, Any]) -> str:
     lines = [f"Evaluation of {metrics['model']} ({metrics['split']} split)", "",
              "| task | n | metrics | WinRate vs baseline |", "|---|---|---|---|"]
     for name, values in metrics["tasks"].items():
-        keys = HEADLINE.get(name, tuple(k for k, v in values.items()
-                                        if isinstance(v, int | float))[:3])
+        keys = headline(name) or tuple(k for k, v in values.items()
+                                       if isinstance(v, int | float))[:3]
         shown = ", ".join(f"{k} {_fmt(values.get(k))}" for k in keys)
         rate = rates.get(name)
         lines.append(f"| {name} | {values.get('n', '')} | {shown} | "

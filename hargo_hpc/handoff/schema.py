@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hargo_hpc.bench.contract import BenchRequest
 from hargo_hpc.bench.status import STATUSES
 from hargo_hpc.handoff.errors import SchemaError
 from hargo_hpc.handoff.layout import valid_request_id
@@ -26,16 +27,10 @@ class _File(BaseModel):
     version: int = VERSION
 
 
-class Request(BaseModel):
-    """One completion to benchmark; passed to the workload as a plain dict."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str = Field(description="unique within the step; becomes a file name")
-    completion: str = Field(description="the raw model text")
-    problem: Any = None
-    stage: int | str | None = Field(None, description="SQD stage")
-    forbidden: list[str] | None = Field(None, description="techniques the prompt forbade")
+class Request(BenchRequest):
+    """One completion to benchmark: the GEMM contract's fields (`bench.contract.BenchRequest`:
+    id, completion, problem, stage, forbidden; other keys kept), with the handoff's rule that
+    the id is a file name; passed to the workload as a plain dict."""
 
     @field_validator("id")
     @classmethod

@@ -3,8 +3,9 @@
 A task turns published records (HPC-GPT's Alpaca JSON, or GEMM problems) into examples, an
 example into the text the model is asked, a completion into an answer, and answers into
 rewards and metrics. The trainer and the evaluation only see this interface: they mix tasks
-without knowing them. The task name travels with each example for metrics and logs; it never
-reaches `hargo_hpc.algorithms`.
+without knowing them, asking a task for its capabilities (`remote`, `staged`, `problem_key`,
+`sft_corpus`, `headline`), never for its name. The task name travels with each example for
+metrics and logs; it never reaches `hargo_hpc.algorithms`.
 
 Nothing here imports torch; the similarity reward loads its model on first use.
 """
@@ -56,6 +57,11 @@ class Task(ABC):
     files: ClassVar[tuple[str, ...]] = ()  # the published file names (HPC-GPT), for a directory
     sample: ClassVar[str] = ""  # the shipped sample's file name in hargo_hpc/tasks/samples/
     remote: ClassVar[bool] = False  # True: rewarded by the bench through the handoff (GEMM)
+    staged: ClassVar[bool] = False  # True: SQD stages its prompts per problem (GEMM)
+    # 'module:function' giving (user text, completion) SFT pairs of its examples, for a task
+    # whose data has no reference answers (GEMM: tasks.corpus.sft_examples); '' = the answers
+    sft_corpus: ClassVar[str] = ""
+    headline: ClassVar[tuple[str, ...]] = ()  # the metrics an evaluation table shows first
 
     def __init__(self, rewards: RewardSettings | None = None) -> None:
         self.rewards = rewards or RewardSettings()
@@ -71,6 +77,17 @@ class Task(ABC):
             return f"{example.instruction}\n\n{example.input}"
         return example.instruction
 
+    def problem_key(self, example: Example) -> str | None:
+        """The problem `example` poses, for a staged task (SQD keeps one stage per problem);
+        None for a task that is not staged."""
+        return None
+
+    def prompt_for(self, example: Example, permitted: Sequence[str] | None = None,
+                   forbidden: Sequence[str] | None = None) -> str:  # fmt: skip
+        """The user text of `example` at an SQD stage that permits and forbids these
+        techniques (a staged task's)."""
+        raise NotImplementedError(f"task {self.name!r} is not staged")
+
     @abstractmethod
     def extract(self, completion: str) -> str:
         """The answer in a completion (any text: empty, huge, binary; never raises)."""
@@ -79,8 +96,12 @@ class Task(ABC):
         """One reward per (example, completion) pair, computed here (text tasks)."""
         raise NotImplementedError(f"task {self.name!r} is rewarded remotely (request/record)")
 
-    def request(self, example: Example, completion: str, request_id: str) -> dict[str, Any]:
-        """The handoff request of a remotely rewarded task (`handoff.schema.Request` fields)."""
+    def request(self, example: Example, completion: str, request_id: str, *,
+                stage: int | None = None,
+                forbidden: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
+        """The handoff request of a remotely rewarded task: the plain data of a
+        `bench.contract.BenchRequest` (id, completion, problem; the SQD `stage` and the
+        techniques its prompt `forbidden`)."""
         raise NotImplementedError(f"task {self.name!r} is rewarded in process (reward)")
 
     def reward_from_record(self, record: Mapping[str, Any]) -> float | None:

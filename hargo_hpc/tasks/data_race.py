@@ -80,6 +80,8 @@ def data_race_metrics(labels: Sequence[str], predictions: Sequence[object]) -> d
 class DataRace(Task):
     """Data race detection in one language; the reference is `yes` or `no`."""
 
+    headline = ("f1", "adjusted_f1", "accuracy")
+
     language: ClassVar[str]
 
     def from_record(self, record: Mapping[str, Any], index: int) -> Example | None:

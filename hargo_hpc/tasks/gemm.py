@@ -5,10 +5,13 @@ Problems come from a JSON list of ``{"name", "M", "N", "K", "description"}`` (th
 `samples/gemm_problems.json`: the paper's 256³ and four other shapes). Each problem is one
 `Example` whose prompt states the kernel contract the bench enforces (`bench/validate.py`,
 docs/bench.md), the problem's sizes and, for an SQD stage, the permitted and forbidden
-techniques (`prompt_for`). The reward is remote: `request` builds the handoff request,
-`reward_from_record` reads the bench's record back, `metrics` summarises records.
+techniques (`prompt_for`; `staged`, `problem_key`: the SQD stage is per problem). The reward is
+remote: `request` builds the handoff request (`bench.contract.BenchRequest`),
+`reward_from_record` reads the bench's record back (`bench.reward.record_reward`), `metrics`
+summarises records. Its SFT pairs come from the kernel corpus (`sft_corpus`).
 
-Light: only the bench's text-level modules (extract, techniques, validate, status) are imported.
+Light: only the bench's text-level modules (contract, extract, reward, techniques, validate,
+status) are imported.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hargo_hpc.bench.contract import BenchRequest
 from hargo_hpc.bench.extract import extract_code
+from hargo_hpc.bench.reward import record_reward
 from hargo_hpc.bench.status import STATUSES, UNSCORED
 from hargo_hpc.bench.techniques import TECHNIQUES, normalise_forbidden
 from hargo_hpc.bench.validate import SIGNATURE
@@ -129,6 +134,9 @@ class Gemm(Task):
     name = "gemm"
     sample = "gemm_problems.json"
     remote = True
+    staged = True
+    sft_corpus = "hargo_hpc.tasks.corpus:sft_examples"
+    headline = ("ok_share", "gflops_max", "ratio_max")
 
     @classmethod
     def load_problems(cls, path: str | Path | None = None) -> list[Example]:
@@ -177,6 +185,10 @@ class Gemm(Task):
         (`render_prompt`); with neither, the same as `user_text`."""
         return render_prompt(example.meta["problem"], permitted, forbidden)
 
+    def problem_key(self, example: Example) -> str:
+        """The problem's name: SQD keeps one stage per problem."""
+        return str(example.meta["problem"]["name"])
+
     def extract(self, completion: str) -> str:
         """The code the bench would compile (`bench.extract.extract_code`); '' when none."""
         found = extract_code(completion) if isinstance(completion, str) else None
@@ -188,27 +200,24 @@ class Gemm(Task):
         completion: str,
         request_id: str,
         *,
-        stage: int | str | None = None,
+        stage: int | None = None,
         forbidden: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The handoff request (`handoff.schema.Request` fields): id, the raw completion, the
-        example's problem ({name, M, N, K}: `bench.runner.Problem.from_dict`), the SQD stage and
-        its forbidden techniques (canonical names; ValueError for an unknown one), or None."""
-        return {
-            "id": request_id,
-            "completion": completion,
-            "problem": dict(example.meta["problem"]),
-            "stage": stage,
-            "forbidden": normalise_forbidden(list(forbidden)) if forbidden is not None else None,
-        }
+        """The handoff request's plain data (`bench.contract.BenchRequest`): id, the raw
+        completion, the example's problem ({name, M, N, K}: `bench.result.Problem.from_dict`),
+        the SQD stage and its forbidden techniques (canonical names; ValueError for an unknown
+        one), or None."""
+        return BenchRequest(
+            id=request_id, completion=completion, problem=dict(example.meta["problem"]),
+            stage=stage,
+            forbidden=normalise_forbidden(list(forbidden)) if forbidden is not None else None,
+        ).model_dump()  # fmt: skip
 
     def reward_from_record(self, record: Mapping[str, Any]) -> float | None:
-        """The record's `reward`; None when it is not a reward: status infra_error (the
-        handoff delivers it with `scored: false`), `scored` false, or no finite number."""
-        if record.get("status") in UNSCORED or record.get("scored") is False:
-            return None
-        reward = record.get("reward")
-        return float(reward) if _number(reward) else None
+        """The record's reward as `bench.reward.record_reward` decides it: its `reward`; None
+        when it is not a reward (infra_error: the handoff delivers it with `scored: false`;
+        `scored` false; no finite number)."""
+        return record_reward(record)
 
     def metrics(
         self, examples: Sequence[Example], predictions: Sequence[Mapping[str, Any]]

@@ -143,6 +143,7 @@ class MlperfQA(_QATask):
     """MLPerf Training v3.0 results QA: short facts (median reference 46 characters)."""
 
     name = "mlperf_qa"
+    headline = ("exact_match", "f1", "share_over_40")
     files = ("task1_ml_perf.json",)
     sample = "mlperf_qa.json"
 
@@ -179,6 +180,7 @@ class PlpQA(_QATask):
     """Programming-language-processing QA: one-sentence answers (median 152 characters)."""
 
     name = "plp_qa"
+    headline = ("similarity", "mean_chars")
     files = ("task1_plp.json",)
     sample = "plp_qa.json"
 

@@ -7,13 +7,15 @@ completion, in the order given:
   each task's `reward(examples, completions)` is called once with its share, and the rewards
   are put back in place.
 * A remote task (GEMM) is rewarded by the bench. Completion i becomes the request
-  `task.request(example, completion, f"r{i:05d}", stage=..., forbidden=...)` (i: its index in
-  the batch, so ids are unique within the step and name the completion), the requests go out
+  `task.request(example, completion, f"r{i:05d}", stage=..., forbidden=...)` (the plain data of
+  a `bench.contract.BenchRequest`, the one request type; i: its index in the batch, so ids
+  are unique within the step and name the completion), the requests go out
   with `handoff.Trainer.submit(step, ...)` before the text rewards are computed (the bench
   works meanwhile), and the records come back through `Trainer.poll`. Each record's reward is
-  `task.reward_from_record(record)`; where that is None (`infra_error`, a straggler's timeout:
-  the handoff delivers those with `scored: false`) the completion is not scored: reward 0.0,
-  `scored` False, to be dropped from the loss and counted, never scored as a failure.
+  `task.reward_from_record(record)` (GEMM's: `bench.reward.record_reward`); where that is None
+  (`infra_error`, a straggler's timeout: the handoff delivers those with `scored: false`) the
+  completion is not scored: reward 0.0, `scored` False, to be dropped from the loss and
+  counted, never scored as a failure.
 
 The wait is the handoff's own (`Trainer.poll`: one step's progress line, done / running /
 queued / failed; a rich bar on a terminal, a plain line every few seconds elsewhere; nothing
@@ -162,7 +164,7 @@ class RewardRouter:
         examples: Sequence[Example],
         completions: Sequence[str],
         *,
-        stage: str | int | None = None,
+        stage: int | None = None,
         forbidden: Sequence[Sequence[str] | None] | None = None,
     ) -> RewardBatch:
         """The rewards of `completions` (completion i answers `examples[i]`): `submit`, then
@@ -182,7 +184,7 @@ class RewardRouter:
         examples: Sequence[Example],
         completions: Sequence[str],
         *,
-        stage: str | int | None = None,
+        stage: int | None = None,
         forbidden: Sequence[Sequence[str] | None] | None = None,
     ) -> PendingRewards:
         """Send the step's remote requests to the handoff (the bench works on them from here
@@ -262,7 +264,7 @@ class RewardRouter:
 
     def _submit(
         self, step: int, remote: Sequence[int], owners: Sequence[Task],
-        examples: Sequence[Example], completions: Sequence[str], stage: str | int | None,
+        examples: Sequence[Example], completions: Sequence[str], stage: int | None,
         forbidden: Sequence[Sequence[str] | None] | None,
     ) -> None:
         """Build and submit the step's requests; RewardError when the step holds another."""
@@ -272,7 +274,7 @@ class RewardRouter:
         if self.liveness is not None:
             self.liveness(f"before step {step}")
         requests = [
-            owners[i].request(  # type: ignore[call-arg]
+            owners[i].request(
                 examples[i], completions[i], request_id(i), stage=stage,
                 forbidden=None if forbidden is None else forbidden[i],
             )

@@ -2,8 +2,8 @@
 
 The papers start RL from an SFT model; a small model writes no compilable kernel without one.
 Data: each text task's reference answers (`Example.output`, HPC-GPT's outputs) for its training
-examples; for a task whose reward comes from the bench (GEMM) the project's SFT corpus
-(`tasks.corpus.sft_examples`: every shipped kernel for every problem). One row is
+examples; for a task whose data has no answers, its SFT corpus (`Task.sft_corpus`; GEMM's is
+`tasks.corpus.sft_examples`: every shipped kernel for every problem). One row is
 
     prompt = build_prompt(user text, data.prompt_format, tokenizer)
     target = tokens(answer)[: max_target_tokens] + [EOS]     (EOS kept only when not cut)
@@ -35,12 +35,9 @@ from torch import Tensor
 from hargo_hpc.algorithms.preference import sft_loss
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
+from hargo_hpc.tasks.registry import task_class
 from hargo_hpc.train import distributed
 from hargo_hpc.train.logprobs import token_logprobs
-
-# Tasks without reference answers in their data, and where their SFT pairs come from
-# ('module:function' taking the task's examples, returning (user text, completion) pairs).
-CORPORA: Mapping[str, str] = {"gemm": "hargo_hpc.tasks.corpus:sft_examples"}
 
 
 @dataclass(frozen=True)
@@ -58,11 +55,11 @@ def _corpus(source: str) -> Callable[[Sequence[Example]], list[tuple[str, str]]]
 
 
 def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
-    """The SFT rows of one task: its examples' reference answers, or its corpus (`CORPORA`).
-    ValueError when the task has neither."""
-    source = CORPORA.get(task.name)
-    if source is not None:
-        return [SftItem(task.name, text, answer) for text, answer in _corpus(source)(examples)]
+    """The SFT rows of one task: its examples' reference answers, or its corpus
+    (`Task.sft_corpus`). ValueError when the task has neither."""
+    if task.sft_corpus:
+        return [SftItem(task.name, text, answer)
+                for text, answer in _corpus(task.sft_corpus)(examples)]
     items = [SftItem(task.name, task.user_text(e), e.output) for e in examples if e.output]
     if not items:
         raise ValueError(f"task {task.name}: no example with a reference answer to train on")
@@ -71,8 +68,16 @@ def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
 
 def has_target(example: Example) -> bool:
     """Whether the `sft` preset can train on `example`'s prompt: a reference answer, or a
-    corpus for its task (`CORPORA`)."""
-    return bool(example.output) or example.task in CORPORA
+    corpus for its task (`Task.sft_corpus`, asked of the task's class in the registry)."""
+    return bool(example.output) or bool(_corpus_of(example))
+
+
+def _corpus_of(example: Example) -> str:
+    """The SFT corpus of `example`'s task ('' for none, or for a task not registered)."""
+    try:
+        return task_class(example.task).sft_corpus
+    except ValueError:
+        return ""
 
 
 def preset_item(example: Example, user_text: str) -> SftItem:
@@ -85,7 +90,7 @@ def preset_item(example: Example, user_text: str) -> SftItem:
                          "has no SFT corpus")
     if example.output:
         return SftItem(example.task, user_text, example.output)
-    pairs = _corpus(CORPORA[example.task])([example])
+    pairs = _corpus(_corpus_of(example))([example])
     text, answer = pairs[zlib.crc32(example.id.encode()) % len(pairs)]
     return SftItem(example.task, text, answer)
 

@@ -1,11 +1,13 @@
-"""SQD as the RL loop holds it (`sqd.enabled`): one object per run over the GEMM problems of
-the training split, with the stage each prompt gets, what a step's bench records tell it, and
-its state for the checkpoint (`state_dict` / `load_state_dict`, `hargo_hpc.sqd.Sqd`'s).
+"""SQD as the RL loop holds it (`sqd.enabled`): one object per run over the problems of the
+training split's staged tasks (`Task.staged`; each example's `Task.problem_key`: GEMM's problem
+names), with the stage each prompt gets, what a step's bench records tell it, and its state for
+the checkpoint (`state_dict` / `load_state_dict`, `hargo_hpc.sqd.Sqd`'s). It asks the tasks for
+these capabilities, never for their names.
 
 Each step, after the rewards came back (`observe`): a required technique of the stage a prompt
 had, missing from an ok kernel, costs the format-violation penalty (the bench judged what is
-forbidden, SQD what is required); then SQD sees the step's results (archive, advancement) and
-rank 0 writes its files under `<run dir>/sqd/`.
+forbidden, SQD what is required; the reward is `bench.reward.record_reward`'s); then SQD sees
+the step's results (archive, advancement) and rank 0 writes its files under `<run dir>/sqd/`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hargo_hpc.bench.reward import record_reward
 from hargo_hpc.sqd import RESULTS, Result, Sqd, SqdSettings, StageSpec
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.train import distributed
@@ -22,9 +25,6 @@ from hargo_hpc.train import metrics as m
 
 if TYPE_CHECKING:
     from hargo_hpc.train.rewards import RewardBatch
-
-SQD_TASKS = ("gemm",)  # the tasks whose prompts SQD stages
-
 
 class SqdRun:
     """SQD over `problems`, writing to `directory`; `penalty`: the reward of an ok kernel that
@@ -40,19 +40,24 @@ class SqdRun:
     @classmethod
     def of(cls, settings: SqdSettings, train: Mapping[str, Sequence[Example]],
            tasks: Mapping[str, Task], directory: Path, penalty: float) -> SqdRun | None:
-        """SQD over the GEMM problems of the training split; None when SQD is off or the run
-        has no staged task."""
-        names = [name for name in SQD_TASKS if name in train]
+        """SQD over the problems of the training split's staged tasks; None when SQD is off
+        or the run has no staged task."""
+        names = [name for name in train if name in tasks and tasks[name].staged]
         if not settings.enabled or not names:
             return None
-        problems = sorted({e.meta["problem"]["name"] for name in names for e in train[name]})
+        problems = sorted({key for name in names for e in train[name]
+                           if (key := tasks[name].problem_key(e)) is not None})
         return cls(settings, problems, directory, tasks, penalty)
 
+    def _problem(self, example: Example) -> str | None:
+        """The problem of `example` when its task is staged; None otherwise (a text task)."""
+        task = self.tasks.get(example.task)
+        return task.problem_key(example) if task is not None and task.staged else None
+
     def stage_of(self, example: Example) -> StageSpec | None:
-        """The SQD stage of `example`'s problem now; None for a text task."""
-        if example.task not in SQD_TASKS:
-            return None
-        return self.sqd.stage_of(example.meta["problem"]["name"])
+        """The SQD stage of `example`'s problem now; None for a task that is not staged."""
+        problem = self._problem(example)
+        return None if problem is None else self.sqd.stage_of(problem)
 
     def observe(self, step: int, rows: Sequence[Example], texts: Sequence[str],
                 stages: Sequence[StageSpec | None], batch: RewardBatch) -> None:
@@ -60,14 +65,14 @@ class SqdRun:
         module docstring); every rank alike, rank 0 prints and writes."""
         results = []
         for i, (example, text, stage) in enumerate(zip(rows, texts, stages, strict=True)):
-            record = batch.records[i]
-            if example.task not in SQD_TASKS or record is None or stage is None:
+            record, problem = batch.records[i], self._problem(example)
+            if problem is None or record is None or stage is None:
                 continue
-            problem = example.meta["problem"]["name"]
             missing = (self.sqd.required_miss(problem, record, stage.name)
                        if record.get("status") == "ok" else [])
-            if missing and batch.scored[i]:
-                batch.rewards[i] = float(self.penalty)
+            reward = record_reward(record, missing=missing, penalty=self.penalty)
+            if batch.scored[i] and reward is not None:
+                batch.rewards[i] = reward
             results.append(Result(problem, self.tasks[example.task].extract(text), record,
                                   stage.name))
         for line in self.sqd.observe(step, results):

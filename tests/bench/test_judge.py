@@ -66,7 +66,8 @@ def judged(binary: Path, settings: BenchSettings, cache_dir: str) -> tuple[Judge
 def judge(binary: Path, settings: BenchSettings, cache_dir: str) -> BenchResult:
     """The record of `binary` judged (`judged`)."""
     _, stages = judged(binary, settings, cache_dir)
-    return make_record(BenchRequest("judge-test", "", Problem.from_dict(None, settings)),
+    return make_record(BenchRequest(id="judge-test", completion="",
+                                    problem=Problem.from_dict(None, settings)),
                        settings, stages, len(os.sched_getaffinity(0)), 0.0)  # fmt: skip
 
 
@@ -239,8 +240,8 @@ def parsed(lines: list[str], wall: float, threads: int = 2,
     args = JudgeArgs("k.bin", "ref.bin", 100, 100, 100, 97, 97, 97, 1, 2, 2, 0, 0, -1, -1,
                      threads, 1000, 1000, 1 << 20)  # fmt: skip
     verdict = parse_verdict(JudgeExit(0, None, False, wall, 10.0), lines, args)
-    return make_record(BenchRequest("t", "", problem), settings, Stages(verdict), threads, 0.0,
-                       peak)  # fmt: skip
+    return make_record(BenchRequest(id="t", completion="", problem=problem), settings,
+                       Stages(verdict), threads, 0.0, peak)  # fmt: skip
 
 
 def test_the_reward_is_the_ratio_to_the_reference_of_the_same_run() -> None:
