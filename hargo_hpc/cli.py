@@ -18,7 +18,7 @@ from hargo_hpc.handoff.commands import handoff, worker
 from hargo_hpc.report.commands import report
 from hargo_hpc.slurm.commands import render, submit
 from hargo_hpc.slurm.watch_commands import cancel, logs, status
-from hargo_hpc.sqd_report import sqd
+from hargo_hpc.sqd.commands import sqd
 from hargo_hpc.tasks.commands import data
 from hargo_hpc.train.commands import sft, train
 

@@ -27,6 +27,7 @@ CONFIG_LOADS = {
     "hargo_hpc.bench", "hargo_hpc.bench.settings", "hargo_hpc.bench.techniques",
     "hargo_hpc.eval", "hargo_hpc.eval.settings",
     "hargo_hpc.handoff", "hargo_hpc.handoff.settings", "hargo_hpc.runs", "hargo_hpc.sqd",
+    "hargo_hpc.sqd.schedule",
     "hargo_hpc.tasks", "hargo_hpc.tasks.names", "hargo_hpc.tasks.settings",
     "hargo_hpc.train", "hargo_hpc.train.settings",
 }

@@ -1,22 +1,14 @@
-"""`hargo sqd stages JOB` and `hargo sqd report RUN_DIR`: SQD's schedule, and what a run's
-SQD did (per problem the stage history and the archive; a PNG of GFLOPS over steps coloured by
-stage). Reads `<run dir>/sqd/state.json` and `results.jsonl` (written by the trainer,
-hargo_hpc.sqd); matplotlib only for the PNG.
+"""What a run's SQD did: per problem the stage history and the archive, as text; GFLOPS over
+steps coloured by stage, as a PNG (matplotlib, imported only for it). From `<run dir>/sqd/
+state.json` and `results.jsonl`, written by the trainer (`hargo_hpc.sqd.schedule`).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import click
-
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.config import ConfigError, load_config
-from hargo_hpc.files import read_jsonl
-from hargo_hpc.runs import RunLayout
-from hargo_hpc.sqd import RESULTS, STATE, SqdError, SqdSettings, load_state_file
+from hargo_hpc.sqd.schedule import SqdSettings
 
 PLOT = "gflops.png"
 
@@ -81,38 +73,3 @@ def plot(results: list[dict[str, Any]], stages: list[str], out: Path) -> Path:
     fig.savefig(out, dpi=80)
     plt.close(fig)
     return out
-
-
-@click.group("sqd", context_settings=CONTEXT)
-def sqd() -> None:
-    """Staged Quality-Diversity: the schedule of an experiment, the report of a run."""
-
-
-@sqd.command("stages", context_settings=CONTEXT)
-@click.argument("job", type=click.Path(dir_okay=False))
-@click.argument("overrides", nargs=-1)
-def stages(job: str, overrides: tuple[str, ...]) -> None:
-    """Print JOB's SQD stages (permitted, forbidden, required techniques) and its rule."""
-    try:
-        config = load_config(job, list(overrides))
-    except ConfigError as err:
-        raise UsageFailure(str(err)) from None
-    click.echo(schedule_text(config.sqd))
-
-
-@sqd.command("report", context_settings=CONTEXT)
-@click.argument("run_dir", type=click.Path(file_okay=False))
-def report(run_dir: str) -> None:
-    """Print each problem's stage history and archive (technique set, best GFLOPS, share of
-    the in-run reference) from RUN_DIR/sqd/, and write RUN_DIR/sqd/gflops.png."""
-    directory = RunLayout(Path(run_dir)).sqd
-    if not (directory / STATE).is_file():
-        raise UsageFailure(f"{directory / STATE}: no such file; was {run_dir} trained with "
-                           "sqd.enabled?")
-    try:
-        state = load_state_file(directory / STATE)
-        results = read_jsonl(directory / RESULTS)
-        click.echo(report_text(state, results))
-    except (SqdError, KeyError, TypeError, IndexError, json.JSONDecodeError) as err:
-        raise UsageFailure(f"{directory}: {err}") from None
-    click.echo(f"plot: {plot(results, state['stages'], directory / PLOT)}")
