@@ -138,8 +138,9 @@ class Claimer:
 
     def _claim_from(self, view: StepView) -> Held | None:
         since = time.monotonic() - view.last_scan
-        if view.complete and since < COMPLETE_RECHECK_S:
-            return None  # every request has its result; only a quarantine could undo that
+        if view.complete and since < COMPLETE_RECHECK_S and not self._results_changed(view):
+            return None  # every request has its result; only a quarantine could undo that,
+            # and moving a result aside changes results/'s mtime: then look again at once
         if view.queue:
             if since >= self.lease_s / 2:
                 self.scan(view)  # also look for expired claims while fresh work remains
@@ -156,11 +157,23 @@ class Claimer:
                 collisions = 0
         return None
 
+    def _results_changed(self, view: StepView) -> bool:
+        """Whether results/ changed (a file added or moved aside) since the last scan; an
+        error counts as a change (the scan then reports it)."""
+        return self._results_mtime(view.step) != view.results_mtime
+
+    def _results_mtime(self, step: int) -> int | None:
+        try:
+            return os.stat(self.layout.results(step)).st_mtime_ns
+        except OSError:
+            return None
+
     def scan(self, view: StepView) -> None:
         """List the step's results and claims; queue retries, then this worker's share."""
         now = view.last_scan = time.monotonic()
         view.scans += 1
         self.counts.add("scans")
+        view.results_mtime = self._results_mtime(view.step)  # before the listing: see above
         done = view.results.update(self.layout.results(view.step))
         attempts = view.claims.update(self.layout.claims(view.step))
         fresh: set[str] = set()

@@ -55,6 +55,7 @@ class StepView:
     had_work: bool = False  # the last scan queued something (an empty queue: drained, not idle)
     idle_delay: float = 0.0  # current back-off between scans that found nothing to claim
     complete: bool = False  # results cover every request (re-checked every COMPLETE_RECHECK_S)
+    results_mtime: int | None = None  # results/'s mtime (ns) just before the last scan listed it
     watching: dict[Path, float] = field(default_factory=dict)  # others' live claims: since
 
 

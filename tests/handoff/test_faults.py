@@ -397,6 +397,28 @@ def test_quarantined_result_releases_its_attempt(root: Path) -> None:
     assert trainer.counts["corrupt_results"] == 1 and workload.calls == {"r00000": 1}
 
 
+def test_a_worker_that_found_the_step_complete_sees_the_quarantine_at_once(root: Path) -> None:
+    """The race the test above could lose under load: the worker scans first, finds a result
+    (the broken one) for every request, and would not look again for COMPLETE_RECHECK_S (30 s);
+    moving the result aside changes results/'s mtime, so it looks again at its next turn."""
+    settings = HandoffSettings(lease_s=30, poll_interval_s=0.02, step_timeout_s=20,
+                               max_attempts=1)
+    trainer = Trainer(root, settings, progress=False)
+    trainer.submit(1, make_requests(1))
+    layout = Layout(root)
+    layout.claim(1, "r00000", 1).write_text("")
+    layout.result(1, "r00000").write_text('{"kind": "result", "version": 1, "attempt": 1}')
+    with running_workers(root, CountingWorkloadDouble(), settings, count=1) as (worker,):
+        deadline = time.monotonic() + 10
+        while worker.counts["scans"] < 1:  # it has seen the step complete
+            assert time.monotonic() < deadline, "the worker never scanned"
+            time.sleep(0.01)
+        started = time.monotonic()
+        record = trainer.collect(1, timeout=10)["r00000"]
+    assert record["status"] == "ok", record
+    assert time.monotonic() - started < 5  # not the 30 s re-check
+
+
 # ---------------------------------------------------------------- 7. claim content
 
 
