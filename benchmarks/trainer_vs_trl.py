@@ -106,7 +106,7 @@ def trl_inputs(model_dir: str, steps: int, work: Path) -> tuple[Any, Any, list[d
     from hargo_hpc.config import load_config
     from hargo_hpc.tasks import build_prompt
     from hargo_hpc.tasks.split import MixtureSampler
-    from hargo_hpc.train.models import load_policy
+    from hargo_hpc.train.model.models import load_policy
     from hargo_hpc.train.setup import drop_long_prompts, load_data, prompt_format_of
 
     path = work / "bench.toml"
@@ -239,7 +239,7 @@ def child(trainer: str, model_dir: str, steps: int, threads: int) -> dict[str, A
 
 
 def prepare_model(size: str, cache: Path) -> str:
-    from hargo_hpc.train.models import smollm2_dir, tiny_dir
+    from hargo_hpc.train.model.models import smollm2_dir, tiny_dir
 
     return str(tiny_dir(cache) if size == "tiny" else smollm2_dir(cache))
 

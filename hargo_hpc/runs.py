@@ -8,7 +8,7 @@ it on a login node; `config` itself does).
   config.toml               the resolved experiment (config.save_resolved); enough to re-run it
   metrics.jsonl             one record per RL step (train.metrics, docs/training.md)
   rollouts/step_<n>.jsonl   one line per completion of step n
-  checkpoints/              train.checkpoint's layout (latest, step_<n>/, ...)
+  checkpoints/              train.backend.checkpoint's layout (latest, step_<n>/, ...)
   tensorboard/              the same numbers as metrics.jsonl, when tensorboard is installed
   export/                   the HF export of the trained model
   finished.json             written last: step, checkpoint, export, metrics

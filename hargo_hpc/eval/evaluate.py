@@ -199,8 +199,8 @@ class Answerer:
     def __init__(self, model_path: str, config: ExperimentConfig, *, sample: bool,
                  batch_size: int, log: Log) -> None:
         from hargo_hpc.tasks.prompts import resolve_format
-        from hargo_hpc.train.models import load_policy
-        from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+        from hargo_hpc.train.model.models import load_policy
+        from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 
         try:
             model, self.tokenizer = load_policy(
@@ -245,8 +245,8 @@ def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
     `handoff_dir` under evaluation's own step (EVAL_STEP, past any training step, plus the
     run's handoff.step_offset as in training), served by the workers on that handoff (a
     submission's bench array) or by `local_workers` started here."""
-    from hargo_hpc.train.local_workers import LocalWorkers
-    from hargo_hpc.train.rewards import RewardRouter
+    from hargo_hpc.train.rollout.local_workers import LocalWorkers
+    from hargo_hpc.train.rollout.rewards import RewardRouter
 
     remote = [name for name in examples if tasks[name].remote]
     if not remote:

@@ -303,7 +303,7 @@ def check_fresh(plan: Plan) -> None:
 
 
 def manifest_of(plan: Plan, executor: str) -> Manifest:
-    from hargo_hpc.train.checkpoint import config_hash
+    from hargo_hpc.train.backend.checkpoint import config_hash
 
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     pattern = "%A_%a" if executor == "slurm" else "%j"
@@ -355,7 +355,7 @@ def check_resumable(plan: Plan) -> None:
     removed (the new workers would exit at once)."""
     from hargo_hpc.slurm.manifest import ManifestError, load_manifest
     from hargo_hpc.slurm.watch import FINISHED, submission_states
-    from hargo_hpc.train.checkpoint import config_hash
+    from hargo_hpc.train.backend.checkpoint import config_hash
 
     try:
         old = load_manifest(plan.root)

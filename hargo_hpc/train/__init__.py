@@ -1,9 +1,15 @@
-"""The RL trainer: models (models.py), rollout (rollout.py, logprobs.py), rewards through the
-task registry and the handoff (rewards.py, local_workers.py), the loop (loop.py: the run;
-run.py: what its parts share; setup.py: its set-up; step.py: one step; updates.py: the update),
-SFT (sft.py: batches and loss; sft_run.py: the warm start and `hargo sft`), the DeepSpeed engine
-(engine.py, the only module importing deepspeed), checkpoints (checkpoint.py), ranks
-(distributed.py), metrics (metrics.py) and the `hargo train` / `hargo sft` commands
-(commands.py). settings.py (the `[model]`, `[rollout]` and `[training]` sections) needs no
-torch. See docs/training.md.
+"""The RL trainer, in the order of the data flow (docs/training.md):
+
+- `model/`: models and tokenizers (any HF checkpoint, the tiny model, LoRA, export), token
+  log-probs;
+- `rollout/`: generation, the step's rollout, rewards (in process and through the handoff),
+  local bench workers;
+- `backend/`: the DeepSpeed engine (the only module importing deepspeed), checkpoints, ranks;
+- the loop and its phases, here: `loop.py` (the run), `run.py` (its immutable context and loop
+  state), `setup.py` (checks and set-up), `step.py` (one step, one block per verl phase),
+  `phases.py` (what each phase computes), `step_record.py` (the metrics record),
+  `updates.py` (the update), `sqd_run.py` (SQD in the loop), `metrics.py`;
+- SFT: `sft.py` (batches and loss), `sft_run.py` (the warm start and `hargo sft`);
+- `settings.py` (the `[model]`, `[rollout]` and `[training]` sections; no torch) and
+  `commands.py` (`hargo train`, `hargo sft`).
 """

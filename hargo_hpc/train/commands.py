@@ -49,8 +49,8 @@ def progress_line(record: dict[str, Any], steps: int) -> str:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from hargo_hpc.tasks.base import DataError
-    from hargo_hpc.train.checkpoint import CheckpointError
-    from hargo_hpc.train.distributed import DistributedError
+    from hargo_hpc.train.backend.checkpoint import CheckpointError
+    from hargo_hpc.train.backend.distributed import DistributedError
     from hargo_hpc.train.loop import TrainError
 
     return (TrainError, CheckpointError, DistributedError, DataError, ConfigError)

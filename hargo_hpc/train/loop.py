@@ -30,10 +30,10 @@ from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.split import MixtureSampler
-from hargo_hpc.train import checkpoint as ckpt
-from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+from hargo_hpc.train.backend import checkpoint as ckpt
+from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
     EXIT_REQUEUE,
     Data,
@@ -63,7 +63,7 @@ from hargo_hpc.train.sqd_run import SqdRun
 from hargo_hpc.train.step import Rollout, finish_step, resume_rollout, start_step
 
 if TYPE_CHECKING:
-    from hargo_hpc.train.local_workers import LocalWorkers
+    from hargo_hpc.train.rollout.local_workers import LocalWorkers
 
 FINISHED, SFT_DIR = RunLayout.FINISHED, RunLayout.SFT  # (their paths: runs.RunLayout)
 
@@ -160,7 +160,7 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     """Models, the engine, the sampler, the weighting and SQD (their state from `checkpoint`
     on resume), rank 0's reward router and local bench workers (not started yet): what the
     steps share (`RunContext`), what they change (`LoopState`), and the workers."""
-    from hargo_hpc.train.rewards import RewardRouter
+    from hargo_hpc.train.rollout.rewards import RewardRouter
 
     t, r = config.training, config.rollout
     policy, tokenizer, reference = load_models(config, algorithm.needs_reference)
@@ -222,7 +222,7 @@ def _local_workers(config: ExperimentConfig, handoff_dir: Path | None,
     """Rank 0's handoff.local_workers bench workers on the run's handoff (None: none)."""
     if handoff_dir is None or not config.handoff.local_workers:
         return None
-    from hargo_hpc.train.local_workers import LocalWorkers
+    from hargo_hpc.train.rollout.local_workers import LocalWorkers
 
     return LocalWorkers(handoff_dir, config.handoff.local_workers, bench=config.bench,
                         handoff=config.handoff, log=log)

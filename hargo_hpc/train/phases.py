@@ -29,15 +29,15 @@ from hargo_hpc.algorithms.losses import kl_penalized_rewards
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import Weighting
 from hargo_hpc.tasks.base import Example
-from hargo_hpc.train import distributed
-from hargo_hpc.train.generated import Rollout
-from hargo_hpc.train.logprobs import token_logprobs
-from hargo_hpc.train.rollout import Generations
+from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.model.logprobs import token_logprobs
+from hargo_hpc.train.rollout.generate import Generations
+from hargo_hpc.train.rollout.generated import Rollout
 from hargo_hpc.train.run import LoopState, RunContext
 from hargo_hpc.train.updates import UPDATES, UpdateBatch
 
 if TYPE_CHECKING:
-    from hargo_hpc.train.rewards import RewardBatch
+    from hargo_hpc.train.rollout.rewards import RewardBatch
 
 
 @dataclass(frozen=True)

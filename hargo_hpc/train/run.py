@@ -22,16 +22,16 @@ from hargo_hpc.sqd import SqdError, StageSpec
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
 from hargo_hpc.tasks.split import MixtureSampler
-from hargo_hpc.train import checkpoint as ckpt
-from hargo_hpc.train.rollout import GenerationBackend, SamplingParams
+from hargo_hpc.train.backend import checkpoint as ckpt
+from hargo_hpc.train.rollout.generate import GenerationBackend, SamplingParams
 from hargo_hpc.train.sqd_run import SqdRun
 from hargo_hpc.train.updates import UpdateContext
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from hargo_hpc.train.engine import Engine
-    from hargo_hpc.train.rewards import RewardRouter
+    from hargo_hpc.train.backend.engine import Engine
+    from hargo_hpc.train.rollout.rewards import RewardRouter
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
 

@@ -19,8 +19,8 @@ from hargo_hpc.tasks.data import load_tasks
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
 from hargo_hpc.tasks.registry import get_task
 from hargo_hpc.tasks.split import split_examples
-from hargo_hpc.train import checkpoint as ckpt
-from hargo_hpc.train import distributed
+from hargo_hpc.train.backend import checkpoint as ckpt
+from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.run import Data, Log, TrainError
 from hargo_hpc.train.settings import check_batch_shape
 from hargo_hpc.train.sft import has_target
@@ -119,7 +119,7 @@ def drop_long_prompts(data: Data, tokenizer: Any, prompt_format: str, limit: int
 def load_models(config: ExperimentConfig, needs_reference: bool
                 ) -> tuple[Any, Any, torch.nn.Module | None]:
     """(policy, tokenizer, reference or None) from `model.*`; TrainError for a bad path."""
-    from hargo_hpc.train.models import LoraOptions, load_policy, load_reference
+    from hargo_hpc.train.model.models import LoraOptions, load_policy, load_reference
 
     section = config.model
     lora = None
@@ -140,7 +140,7 @@ def load_models(config: ExperimentConfig, needs_reference: bool
 
 def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_steps: int,
                      run_dir: Path | None) -> Any:
-    from hargo_hpc.train.engine import EngineError, build_engine
+    from hargo_hpc.train.backend.engine import EngineError, build_engine
 
     t = config.training
     try:
@@ -180,7 +180,7 @@ def export_model(engine: Any, tokenizer: Any, out: Path, *, lora: bool) -> Path:
     into a copy of the base (models.export_hf)."""
     if not lora:
         return Path(engine.export_hf(out, tokenizer))
-    from hargo_hpc.train.models import export_hf
+    from hargo_hpc.train.model.models import export_hf
 
     with engine.gathered_parameters():
         if distributed.is_main():

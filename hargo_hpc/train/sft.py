@@ -36,8 +36,8 @@ from hargo_hpc.algorithms.preference import sft_loss
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
 from hargo_hpc.tasks.registry import task_class
-from hargo_hpc.train import distributed
-from hargo_hpc.train.logprobs import token_logprobs
+from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.model.logprobs import token_logprobs
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import torch
 from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
-from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.rollout import HFGenerateBackend, SamplingParams
+from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
     Data,
     DiscardWriter,

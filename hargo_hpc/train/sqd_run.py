@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from hargo_hpc.bench.reward import record_reward
 from hargo_hpc.sqd import RESULTS, Result, Sqd, SqdSettings, StageSpec
 from hargo_hpc.tasks.base import Example, Task
-from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
+from hargo_hpc.train.backend import distributed
 
 if TYPE_CHECKING:
-    from hargo_hpc.train.rewards import RewardBatch
+    from hargo_hpc.train.rollout.rewards import RewardBatch
 
 class SqdRun:
     """SQD over `problems`, writing to `directory`; `penalty`: the reward of an ok kernel that

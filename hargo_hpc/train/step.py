@@ -39,9 +39,8 @@ import time
 from typing import Any
 
 from hargo_hpc.tasks.base import Example
-from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.generated import Rollout
+from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.phases import (
     collect_rewards,
     compute_advantages,
@@ -52,7 +51,8 @@ from hargo_hpc.train.phases import (
     submit_rewards,
     update_actor,
 )
-from hargo_hpc.train.rollout import Generations
+from hargo_hpc.train.rollout.generate import Generations
+from hargo_hpc.train.rollout.generated import Rollout
 from hargo_hpc.train.run import LoopState, RunContext, TrainError
 from hargo_hpc.train.step_record import rollout_rows, step_record
 

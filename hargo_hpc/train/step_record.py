@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from hargo_hpc.algorithms.hargo_labels import task_weight_shares
 from hargo_hpc.tasks.base import Example, Task
-from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.generated import Rollout
+from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.phases import Advantages, Rewards, StepRows
+from hargo_hpc.train.rollout.generated import Rollout
 
 if TYPE_CHECKING:
     from hargo_hpc.train.sqd_run import SqdRun

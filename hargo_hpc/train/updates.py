@@ -34,9 +34,9 @@ from hargo_hpc.algorithms.losses import policy_loss
 from hargo_hpc.algorithms.preference import dpo_loss, dpo_pairs
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.tasks.base import Example
-from hargo_hpc.train import distributed
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.logprobs import token_logprobs, token_logprobs_and_entropy
+from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.model.logprobs import token_logprobs, token_logprobs_and_entropy
 from hargo_hpc.train.sft import (
     SftBatch,
     build_sft_batch,

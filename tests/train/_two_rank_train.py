@@ -74,7 +74,7 @@ class GenerationDouble:
         self.model, self.tokenizer = model, tokenizer
 
     def generate(self, prompts: list[str], G: int, params: Any) -> Any:
-        from hargo_hpc.train.rollout import Generations
+        from hargo_hpc.train.rollout.generate import Generations
 
         tok, pad = self.tokenizer, self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
@@ -101,7 +101,8 @@ class GenerationDouble:
 
 
 def main(out: Path, runs: list[str]) -> None:
-    from hargo_hpc.train import distributed, loop, sft_run
+    from hargo_hpc.train import loop, sft_run
+    from hargo_hpc.train.backend import distributed
 
     torch.set_num_threads(1)
     env = distributed.init()

@@ -81,8 +81,8 @@ def _device(forward: Callable[..., object]) -> torch.device:
 
 
 def main(out: Path, stages: list[int]) -> None:
-    from hargo_hpc.train import distributed
-    from hargo_hpc.train.engine import build_engine
+    from hargo_hpc.train.backend import distributed
+    from hargo_hpc.train.backend.engine import build_engine
 
     env = distributed.init()
     rank, world = env.rank, env.world_size

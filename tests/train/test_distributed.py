@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from hargo_hpc.train import distributed
-from hargo_hpc.train.distributed import DistEnv, DistributedError, detect
+from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.backend.distributed import DistEnv, DistributedError, detect
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "node7",
             "MASTER_PORT": "29511"}

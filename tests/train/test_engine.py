@@ -17,8 +17,8 @@ import pytest
 import torch
 from numerics import ADAM_EPS, adam_weight_tolerance, grad_rtol
 
-from hargo_hpc.train import checkpoint as ckpt
-from hargo_hpc.train.engine import (
+from hargo_hpc.train.backend import checkpoint as ckpt
+from hargo_hpc.train.backend.engine import (
     CONFIG_NAME,
     EngineError,
     WarmupSchedule,

@@ -29,7 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from hargo_hpc.train.logprobs import (
+from hargo_hpc.train.model.logprobs import (
     position_ids_from_mask,
     token_logprobs,
     token_logprobs_and_entropy,

@@ -24,8 +24,8 @@ from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.config import ExperimentConfig, validate_config
 from hargo_hpc.train import loop
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.distributed import STANDARD
-from hargo_hpc.train.models import tiny_dir
+from hargo_hpc.train.backend.distributed import STANDARD
+from hargo_hpc.train.model.models import tiny_dir
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def test_more_iterations_make_the_clip_active(tmp_path: Path) -> None:
 
 def test_unscored_completions_are_dropped_from_the_loss(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from hargo_hpc.train import rewards
+    from hargo_hpc.train.rollout import rewards
 
     real = rewards.RewardRouter
 
@@ -342,7 +342,7 @@ def test_long_prompts_are_dropped_and_counted(tmp_path: Path) -> None:
     [line] = [x for x in lines if "longer than model.max_prompt_tokens" in x]
     dropped, total = map(int, re.search(r"dropped (\d+) of (\d+)", line).groups())
     assert 0 < dropped < total == 12
-    from hargo_hpc.train.models import load_policy
+    from hargo_hpc.train.model.models import load_policy
 
     _, tokenizer = load_policy("tiny")
     prompts = {r["prompt"] for step in (1, 2)

@@ -17,8 +17,8 @@ from numerics import forward_atol
 from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig
 
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
-from hargo_hpc.train import models
-from hargo_hpc.train.models import LoraOptions, export_hf, load_policy, load_reference
+from hargo_hpc.train.model import models
+from hargo_hpc.train.model.models import LoraOptions, export_hf, load_policy, load_reference
 
 GEMM = "void gemm(int M, int N, int K, const double *A, const double *B, double *C)"
 C_CODE = (

@@ -28,8 +28,8 @@ from hargo_hpc.tasks.data import load_examples
 from hargo_hpc.tasks.gemm import Gemm
 from hargo_hpc.tasks.registry import get_task
 from hargo_hpc.tasks.settings import RewardSettings
-from hargo_hpc.train.local_workers import LocalWorkers, WorkerDied
-from hargo_hpc.train.rewards import RewardError, RewardRouter, request_id
+from hargo_hpc.train.rollout.local_workers import LocalWorkers, WorkerDied
+from hargo_hpc.train.rollout.rewards import RewardError, RewardRouter, request_id
 
 # the reward settings the expectations below are computed with (by hand)
 REWARDS = RewardSettings(data_race_parse="lenient", unparsable_reward=-0.5, qa_metric="f1",
@@ -269,12 +269,12 @@ def test_a_worker_that_ignores_the_sentinel_and_sigterm_is_killed(tmp_path: Path
                                                                   caplog) -> None:  # fmt: skip
     """A stopped (SIGSTOP) worker sees neither the sentinel nor SIGTERM: SIGKILL ends it."""
     workers = LocalWorkers(tmp_path / "handoff", 1, stop_timeout_s=0.5, term_timeout_s=0.5)
-    with caplog.at_level(logging.WARNING, logger="hargo_hpc.train.local_workers"), workers:
+    with caplog.at_level(logging.WARNING, logger="hargo_hpc.train.rollout.local_workers"), workers:
         (pid,) = workers.pids
         os.kill(pid, signal.SIGSTOP)
     assert not psutil.pid_exists(pid)
     warnings = [r.getMessage() for r in caplog.records
-                if r.name == "hargo_hpc.train.local_workers"]
+                if r.name == "hargo_hpc.train.rollout.local_workers"]
     assert warnings == ["local workers: 1 still running; sending SIGTERM",
                         "local workers: 1 still running; sending SIGKILL"]
     assert worker_group_members([pid]) == []
@@ -282,7 +282,7 @@ def test_a_worker_that_ignores_the_sentinel_and_sigterm_is_killed(tmp_path: Path
 
 STARTER = """\
 import sys
-from hargo_hpc.train.local_workers import LocalWorkers
+from hargo_hpc.train.rollout.local_workers import LocalWorkers
 workers = LocalWorkers(sys.argv[1], 1)
 workers.start()
 print(workers.pids[0], flush=True)

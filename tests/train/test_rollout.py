@@ -17,8 +17,8 @@ from numerics import forward_atol
 from torch import nn
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from hargo_hpc.train.logprobs import token_logprobs
-from hargo_hpc.train.rollout import (
+from hargo_hpc.train.model.logprobs import token_logprobs
+from hargo_hpc.train.rollout.generate import (
     GenerationBackend,
     Generations,
     HFGenerateBackend,
@@ -388,7 +388,7 @@ def test_the_g_completions_of_a_prompt_share_one_prefill(
     """The prompts are prefilled once each (not G times), their cache repeated for the G rows;
     the next-token logits from that cache equal a full forward pass of every row (left padding
     included), and seeded sampling stays reproducible."""
-    from hargo_hpc.train.logprobs import position_ids_from_mask
+    from hargo_hpc.train.model.logprobs import position_ids_from_mask
 
     model, tok = tiny
     backend = HFGenerateBackend(model, tok)

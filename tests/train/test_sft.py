@@ -19,8 +19,8 @@ from hargo_hpc.tasks.gemm import Gemm
 from hargo_hpc.tasks.prompts import build_prompt
 from hargo_hpc.train import loop
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.engine import build_engine
-from hargo_hpc.train.models import load_policy
+from hargo_hpc.train.backend.engine import build_engine
+from hargo_hpc.train.model.models import load_policy
 from hargo_hpc.train.sft import (
     SftItem,
     SftSampler,

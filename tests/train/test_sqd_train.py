@@ -19,9 +19,9 @@ from hargo_hpc.bench.reference import kernel_source
 from hargo_hpc.cli import main
 from hargo_hpc.config import load_config
 from hargo_hpc.sqd import SqdSettings
-from hargo_hpc.train import checkpoint as ckpt
 from hargo_hpc.train import loop
 from hargo_hpc.train import metrics as m
+from hargo_hpc.train.backend import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "jobs" / "gemm_sqd.toml"

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from hargo_hpc.cli import main
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.distributed import STANDARD
+from hargo_hpc.train.backend.distributed import STANDARD
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[2]

@@ -22,8 +22,8 @@ from safetensors.torch import load_file
 
 from hargo_hpc.train import loop
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.distributed import STANDARD
-from hargo_hpc.train.models import tiny_dir
+from hargo_hpc.train.backend.distributed import STANDARD
+from hargo_hpc.train.model.models import tiny_dir
 
 from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_config
 

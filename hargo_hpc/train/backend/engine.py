@@ -47,8 +47,8 @@ import torch.distributed as dist
 
 from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
-from hargo_hpc.train import checkpoint as ckpt
-from hargo_hpc.train import distributed
+from hargo_hpc.train.backend import checkpoint as ckpt
+from hargo_hpc.train.backend import distributed
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Schedule = Literal["constant", "cosine"]

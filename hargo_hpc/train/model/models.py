@@ -42,7 +42,7 @@ import torch
 
 from hargo_hpc.bench.cache import user_cache_dir
 from hargo_hpc.files import TEMP_PREFIX, publish_directory
-from hargo_hpc.train.tiny_corpus import CORPUS
+from hargo_hpc.train.model.tiny_corpus import CORPUS
 
 DTYPES: Mapping[str, torch.dtype] = {
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from hargo_hpc.train.logprobs import position_ids_from_mask, token_logprobs
+from hargo_hpc.train.model.logprobs import position_ids_from_mask, token_logprobs
 
 GatherFactory = Callable[[], AbstractContextManager[Any]]
 

@@ -11,10 +11,10 @@ from torch import Tensor
 from hargo_hpc.sqd import StageSpec
 from hargo_hpc.tasks.base import Example
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.rollout import Generations
+from hargo_hpc.train.rollout.generate import Generations
 
 if TYPE_CHECKING:
-    from hargo_hpc.train.rewards import PendingRewards
+    from hargo_hpc.train.rollout.rewards import PendingRewards
 
 
 @dataclass

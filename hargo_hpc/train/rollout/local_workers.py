@@ -47,7 +47,7 @@ from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.trainer import Trainer
 
-log = logging.getLogger("hargo_hpc.train.local_workers")
+log = logging.getLogger("hargo_hpc.train.rollout.local_workers")
 
 # Local workers live as long as the trainer, which stops them: they must not leave on their own
 # during a long generation phase (the default `handoff.worker_max_idle_s` is 600 s).

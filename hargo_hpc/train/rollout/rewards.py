@@ -45,7 +45,7 @@ from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.trainer import Trainer
 from hargo_hpc.tasks.base import Example, Task
-from hargo_hpc.train.local_workers import WorkerDied
+from hargo_hpc.train.rollout.local_workers import WorkerDied
 
 __all__ = ["RewardBatch", "RewardError", "RewardRouter", "WorkerDied", "request_id"]
 
