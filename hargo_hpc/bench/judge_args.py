@@ -52,7 +52,3 @@ class JudgeArgs:
         """(fewest, most) timed pairs a well-formed record holds."""
         return self.reps, self.max_reps
 
-    @property
-    def flops(self) -> int:
-        """2 M N K floating-point operations per timed call."""
-        return 2 * self.m * self.n * self.k

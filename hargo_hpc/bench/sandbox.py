@@ -18,6 +18,11 @@ Layers (each listed in the result record when in force; see docs/bench.md for wh
 ``seccomp``  set by the judge (judge.c) in its kernel process after the fork and the uid drop,
              before the kernel's binary is loaded; the judge, which writes the verdict, never
              maps the kernel's code and shares only the buffers with it.
+``cgroup``   the run's own cgroup (v1 or v2; cgroups.py), entered before the limits are set.
+``rt-priority``  the judge's timed calls at real-time priority, when the worker may set it.
+
+Each layer is a `defences.Defence` (its name, what it needs, its probe); `hargo bench doctor`
+lists them.
 """
 
 from __future__ import annotations

@@ -151,14 +151,14 @@ def winrate(file_a: str, file_b: str, task_name: str, judge_spec: str, margin: f
 
 
 def _task(name: str) -> Task:
+    from hargo_hpc.eval.evaluate import text_tasks
     from hargo_hpc.tasks.registry import get_task, task_class, task_names
 
     if name in task_names() and task_class(name).remote:
         raise UsageFailure(f"{name} predictions are kernels, scored by measurement: "
                            "use `hargo bench run`, not `hargo eval`")
     if name not in task_names():
-        known = [n for n in task_names() if not task_class(n).remote]
-        raise UsageFailure(f"unknown task {name!r}; known: {', '.join(known)}")
+        raise UsageFailure(f"unknown task {name!r}; known: {', '.join(text_tasks())}")
     return get_task(name)
 
 

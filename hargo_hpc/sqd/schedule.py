@@ -13,7 +13,8 @@ technique per stage, from the scalar loop nest to everything:
     all       nothing forbidden
 
 A forbidden technique in a completion is the bench's `format_violation` (the request's
-`forbidden` field); a required one it lacks is the same penalty, applied here (`required_miss`).
+`forbidden` field); a required one it lacks is the same penalty: `required_miss` decides it
+here, and the trainer applies it (`hargo_hpc.train.sqd_run`, through `bench.reward.record_reward`).
 
 Advancement, per problem, over the steps in which it was prompted (`observe`): with g the best
 GFLOPS of an `ok` result of the step and m the mark (the best GFLOPS at the stage's last

@@ -32,7 +32,7 @@ from hargo_hpc.bench.techniques import TECHNIQUES, normalise_forbidden
 from hargo_hpc.bench.validate import SIGNATURE
 from hargo_hpc.tasks.base import DataError, Example, Task
 
-MAX_SIZE = 1 << 14  # the bench's bound on each dimension (bench.runner.Problem.from_dict)
+MAX_SIZE = 1 << 14  # the bench's bound on each dimension (bench.result.Problem.from_dict)
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FIELDS = ("name", "M", "N", "K", "description")
 REQUIRED = ("name", "M", "N", "K")

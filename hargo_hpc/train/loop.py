@@ -65,11 +65,9 @@ from hargo_hpc.train.step import Rollout, finish_step, resume_rollout, start_ste
 if TYPE_CHECKING:
     from hargo_hpc.train.rollout.local_workers import LocalWorkers
 
-FINISHED, SFT_DIR = RunLayout.FINISHED, RunLayout.SFT  # (their paths: runs.RunLayout)
-
 # the entry points (the CLI, evaluation, tests); one step is train.step, the set-up train.setup
-__all__ = ["EXIT_REQUEUE", "FINISHED", "SFT_DIR", "TrainError", "TrainResult", "export_model",
-           "sft_run", "sft_sample_texts", "train"]
+__all__ = ["EXIT_REQUEUE", "TrainError", "TrainResult", "export_model", "sft_run",
+           "sft_sample_texts", "train"]
 
 
 def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
@@ -111,8 +109,7 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     saved: Path | None = checkpoint
     writing = (m.MetricsWriter(paths.metrics, paths.tensorboard) if main
                else contextlib.nullcontext(DiscardWriter()))
-    with (workers or contextlib.nullcontext(), ctx.router or contextlib.nullcontext(),
-          StopSignals() as stop, writing as writer):
+    with workers or contextlib.nullcontext(), StopSignals() as stop, writing as writer:
         if state.step == 0 and t.sft_steps:
             warm_start(ctx, data, paths.sft.metrics, t.sft_steps, stop, log)
             if stop.requested:

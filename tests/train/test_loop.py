@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 
 from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.config import ExperimentConfig, validate_config
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.train import loop
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend.distributed import STANDARD
@@ -97,7 +98,7 @@ def test_two_steps_of_every_preset(tmp_path: Path, name: str) -> None:
     # parameters changed, and the export, the checkpoint and the finished marker are there
     assert changed(initial_weights(), exported(result)) > 0
     assert result.checkpoint is not None and result.checkpoint.name == "step_000002"
-    assert json.loads((result.run_dir / loop.FINISHED).read_text())["step"] == 2
+    assert json.loads(RunLayout(result.run_dir).finished.read_text())["step"] == 2
     rollouts = m.read_records(result.run_dir / "rollouts" / "step_000002.jsonl")
     assert len(rollouts) == 8 and {r["task"] for r in rollouts} == {"plp_qa"}
     assert {"prompt", "completion", "reward", "task", "weight"} <= rollouts[0].keys()
@@ -284,7 +285,7 @@ def test_kill_9_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL
-    assert not (tmp_path / "cut" / loop.FINISHED).exists()
+    assert not RunLayout(tmp_path / "cut").finished.exists()
     saved = int(latest.read_text().removeprefix("step_"))  # 2, or 4 if the kill came late
     resumed = _finish(_hargo("train", str(cut), "--resume"))
     _finish(reference)

@@ -75,8 +75,7 @@ def test_text_tasks_are_batched_per_task_and_put_back_in_order(monkeypatch) -> N
         monkeypatch.setattr(task, "reward", spy)
     router = RewardRouter({"data_race_c": race, "mlperf_qa": qa}, handoff_dir=None,
                           log=pytest.fail, progress=False)  # fmt: skip
-    with router:
-        result = router.score(7, [e for e, _ in batch], [c for _, c in batch])
+    result = router.score(7, [e for e, _ in batch], [c for _, c in batch])
     assert result.rewards == pytest.approx(expected, abs=1e-12)
     assert result.scored == [True] * 6 and result.records == [None] * 6
     assert result.wait_s == 0.0 and result.unscored == 0 and result.statuses() == {}

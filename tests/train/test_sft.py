@@ -14,6 +14,7 @@ from numerics import ADAM_EPS, adam_weight_tolerance, grad_rtol
 
 from hargo_hpc.cli import main
 from hargo_hpc.config import validate_config
+from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.corpus import load_corpus
 from hargo_hpc.tasks.gemm import Gemm
 from hargo_hpc.tasks.prompts import build_prompt
@@ -205,7 +206,7 @@ def test_warm_start_before_rl(tmp_path: Path) -> None:
     assert [r["learning_rate"] for r in sft] == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3])
     [rl] = m.read_records(result.metrics)
     assert rl["optimizer_steps"] == 4 and rl["learning_rate"] == pytest.approx(1e-3)
-    assert json.loads((result.run_dir / loop.FINISHED).read_text())["step"] == 1
+    assert json.loads(RunLayout(result.run_dir).finished.read_text())["step"] == 1
 
 
 def test_hargo_sft_needs_steps(tmp_path: Path) -> None:

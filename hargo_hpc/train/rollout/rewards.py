@@ -37,7 +37,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from hargo_hpc.errors import HargoError
@@ -47,7 +46,7 @@ from hargo_hpc.handoff.trainer import Trainer
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.train.rollout.local_workers import WorkerDied
 
-__all__ = ["RewardBatch", "RewardError", "RewardRouter", "WorkerDied", "request_id"]
+__all__ = ["RewardBatch", "RewardError", "RewardRouter", "request_id"]
 
 Liveness = Callable[[str], None]  # raises (WorkerDied) when a worker is gone; arg: what waits
 
@@ -99,8 +98,8 @@ class PendingRewards:
 
 
 class RewardRouter:
-    """Rewards completions through the task registry's tasks; a context manager (for the
-    `with` blocks of its callers: it holds nothing to release).
+    """Rewards completions through the task registry's tasks (it holds nothing to release:
+    the local bench workers belong to the loop that starts them).
 
     tasks: the run's tasks by name (every `example.task` must be one). handoff_dir: where
     remote tasks' requests go (None: text tasks only). poll_timeout_s: how long a step waits
@@ -133,21 +132,6 @@ class RewardRouter:
         self.liveness = liveness
         self._trainer: Trainer | None = None
 
-    # ------------------------------------------------------------------ context
-
-    def __enter__(self) -> RewardRouter:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        del kind, err, tb
-
-    def stop_workers(self, reason: str = "trainer finished") -> None:
-        """Write the handoff's stop sentinel: every worker on the directory (the Slurm worker
-        array too) exits at its next look. For the end of a finished run under `hargo submit`;
-        local workers are stopped by their own context manager's exit anyway."""
-        self._handoff().stop(reason)
 
     def _handoff(self) -> Trainer:
         if self.handoff_dir is None:
