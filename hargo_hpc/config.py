@@ -64,6 +64,52 @@ class TaskSpec(_Section):
         None, ge=0, description="share in the mixture; unset = proportional to its size"
     )
     max_items: int | None = Field(None, gt=0)
+    eval_fraction: float | None = Field(
+        None, ge=0, lt=1, description="this task's share held out for evaluation; unset = "
+        "data.eval_fraction",
+    )
+    eval_examples: int | None = Field(
+        None, ge=0, description="at most this many held-out examples are evaluated (0 = all); "
+        "unset = the task's default (Task.eval_examples: 200 yes/no, 100 QA, every GEMM problem)",
+    )
+    eval_samples: int | None = Field(
+        None, ge=1, description="completions per held-out prompt (> 1: sampled at the rollout "
+        "temperature); unset = the task's default (Task.eval_samples: 1 greedy, GEMM 4)",
+    )
+    max_new_tokens: int | None = Field(
+        None, gt=0, description="this task's generation limit in training and evaluation; unset "
+        "= the task's default (Task.max_new_tokens), at most rollout.max_new_tokens",
+    )
+    stop: list[str] | None = Field(
+        None, description="this task's stop strings, besides rollout.stop; unset = the task's "
+        "default (Task.stop)",
+    )
+
+
+class Budget(NamedTuple):
+    """How long one task's completions may be, and what else ends them."""
+
+    max_new_tokens: int
+    stop: tuple[str, ...]
+
+
+def generation_budget(spec: TaskSpec, rollout: RolloutSection) -> Budget:
+    """The generation budget of task `spec`: its `max_new_tokens` when set, else the task's
+    default (`Task.max_new_tokens`) capped at `rollout.max_new_tokens`, else that limit; its
+    stop strings are `rollout.stop` followed by the spec's (or the task's default `Task.stop`).
+    A yes/no answer needs a few tokens, a kernel hundreds (issue Q item 2)."""
+    from hargo_hpc.tasks.registry import task_class
+
+    task = task_class(spec.name)
+    if spec.max_new_tokens is not None:
+        tokens = spec.max_new_tokens
+    elif task.max_new_tokens is not None:
+        tokens = min(task.max_new_tokens, rollout.max_new_tokens)
+    else:
+        tokens = rollout.max_new_tokens
+    own = tuple(spec.stop) if spec.stop is not None else task.stop
+    stop = tuple(dict.fromkeys((*rollout.stop, *own)))
+    return Budget(tokens, stop)
 
 
 class DataSection(_Section):
@@ -79,6 +125,18 @@ class DataSection(_Section):
         if not self.tasks:
             raise ValueError("at least one task is required")
         return self
+
+    def eval_fractions(self) -> dict[str, float]:
+        """Each task's held-out share: its own `eval_fraction`, else `data.eval_fraction`."""
+        return {spec.name: self.eval_fraction if spec.eval_fraction is None
+                else spec.eval_fraction for spec in self.tasks}
+
+    def spec(self, name: str) -> TaskSpec:
+        """The entry of task `name` (KeyError when the experiment has none)."""
+        for spec in self.tasks:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
 
 
 class AlgorithmSection(_Section):

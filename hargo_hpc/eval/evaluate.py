@@ -176,7 +176,7 @@ def eval_examples(config: ExperimentConfig, split: str, limit: int | None,
     try:
         loaded = load_tasks(config.data.tasks, config.rewards, log=log)
         everything = [e for examples in loaded.values() for e in examples]
-        train, held_out = split_examples(everything, config.data.eval_fraction,
+        train, held_out = split_examples(everything, config.data.eval_fractions(),
                                          config.run.seed)
     except (DataError, ValueError) as err:
         raise EvalError(str(err)) from None

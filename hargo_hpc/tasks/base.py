@@ -62,6 +62,14 @@ class Task(ABC):
     # whose data has no reference answers (GEMM: tasks.corpus.sft_examples); '' = the answers
     sft_corpus: ClassVar[str] = ""
     headline: ClassVar[tuple[str, ...]] = ()  # the metrics an evaluation table shows first
+    # generation budget: tokens a completion may take (None = rollout.max_new_tokens) and stop
+    # strings of its own (config.generation_budget; a TaskSpec may set either)
+    max_new_tokens: ClassVar[int | None] = None
+    stop: ClassVar[tuple[str, ...]] = ()
+    # evaluation: at most this many held-out examples (0 = all), this many completions each
+    # (> 1: sampled); sizes that can tell two methods apart (docs/evaluation.md)
+    eval_examples: ClassVar[int] = 0
+    eval_samples: ClassVar[int] = 1
 
     def __init__(self, rewards: RewardSettings | None = None) -> None:
         self.rewards = rewards or RewardSettings()

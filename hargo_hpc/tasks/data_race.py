@@ -80,7 +80,10 @@ def data_race_metrics(labels: Sequence[str], predictions: Sequence[object]) -> d
 class DataRace(Task):
     """Data race detection in one language; the reference is `yes` or `no`."""
 
-    headline = ("f1", "adjusted_f1", "accuracy")
+    headline = ("f1", "adjusted_f1", "accuracy", "support_rate")
+    max_new_tokens = 8  # "yes" or "no" and the end of the turn
+    stop = ("\n###",)  # an Alpaca model going on to a new section
+    eval_examples = 200
 
     language: ClassVar[str]
 

@@ -136,7 +136,8 @@ class Gemm(Task):
     remote = True
     staged = True
     sft_corpus = "hargo_hpc.tasks.corpus:sft_examples"
-    headline = ("ok_share", "gflops_max", "ratio_max")
+    headline = ("ok_share", "reward_mean", "gflops_max", "ratio_max")
+    eval_samples = 4  # sampled kernels per held-out problem (a greedy one says little)
 
     @classmethod
     def load_problems(cls, path: str | Path | None = None) -> list[Example]:

@@ -144,6 +144,9 @@ class MlperfQA(_QATask):
 
     name = "mlperf_qa"
     headline = ("exact_match", "f1", "share_over_40")
+    max_new_tokens = 48  # ~190 characters: the brevity term has taken its most by 2 x 40
+    stop = ("\n###",)
+    eval_examples = 100
     files = ("task1_ml_perf.json",)
     sample = "mlperf_qa.json"
 
@@ -181,6 +184,9 @@ class PlpQA(_QATask):
 
     name = "plp_qa"
     headline = ("similarity", "mean_chars")
+    max_new_tokens = 96  # one sentence (median reference 152 characters, ~35 tokens)
+    stop = ("\n###",)
+    eval_examples = 100
     files = ("task1_plp.json",)
     sample = "plp_qa.json"
 

@@ -28,14 +28,17 @@ def eval_count(n: int, eval_fraction: float) -> int:
 
 
 def split_examples(
-    examples: Sequence[Example], eval_fraction: float, seed: int
+    examples: Sequence[Example], eval_fraction: float | Mapping[str, float], seed: int
 ) -> tuple[list[Example], list[Example]]:
-    """`(train, eval)`: each (task, label) stratum gives `eval_count(n, eval_fraction)` of its
-    examples to eval, chosen by shuffling the stratum sorted by id with
-    `Random(f"{seed}:split:{task}:{label}")`. Which examples go where depends only on the seed
-    and the set of examples (not their order); both lists keep the input order."""
-    if not 0 <= eval_fraction < 1:
-        raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
+    """`(train, eval)`: each (task, label) stratum gives `eval_count(n, f)` of its examples to
+    eval, f being `eval_fraction` (one share for every task, or a share per task name), chosen
+    by shuffling the stratum sorted by id with `Random(f"{seed}:split:{task}:{label}")`. Which
+    examples go where depends only on the seed and the set of examples (not their order); both
+    lists keep the input order."""
+    shares = eval_fraction if isinstance(eval_fraction, Mapping) else None
+    for share in (shares.values() if shares is not None else [eval_fraction]):
+        if not 0 <= share < 1:  # type: ignore[operator]
+            raise ValueError(f"eval_fraction must be in [0, 1), got {share}")
     ids = [example.id for example in examples]
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
@@ -47,7 +50,8 @@ def split_examples(
     for (task, label), members in strata.items():
         members.sort()
         random.Random(f"{seed}:split:{task}:{label}").shuffle(members)
-        held_out.update(members[:eval_count(len(members), eval_fraction)])
+        share = shares[task] if shares is not None else eval_fraction
+        held_out.update(members[:eval_count(len(members), share)])  # type: ignore[arg-type]
     train = [example for example in examples if example.id not in held_out]
     evaluation = [example for example in examples if example.id in held_out]
     return train, evaluation

@@ -91,7 +91,7 @@ def load_data(config: ExperimentConfig, log: Log) -> Data:
         loaded = load_tasks(config.data.tasks, config.rewards, log=log)
         tasks = {name: get_task(name, config.rewards) for name in loaded}
         everything = [e for examples in loaded.values() for e in examples]
-        train, _ = split_examples(everything, config.data.eval_fraction, config.run.seed)
+        train, _ = split_examples(everything, config.data.eval_fractions(), config.run.seed)
     except (DataError, ValueError) as err:
         raise TrainError(str(err)) from None
     by_task = {name: [e for e in train if e.task == name] for name in loaded}
