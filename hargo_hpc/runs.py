@@ -15,6 +15,8 @@ it on a login node; `config` itself does).
   sqd/                      SQD's state.json and results.jsonl (hargo_hpc.sqd)
   handoff/                  the handoff directory, unless handoff.dir names another
   eval/                     hargo eval's outputs: metrics.json, table.md, predictions/
+  baseline-answers/         answers of this run's export as another run's baseline, kept for
+                            every evaluation that shares them (eval.baseline_answers)
   sft/                      the SFT warm start (training.sft_steps) or `hargo sft`: a run
                             directory of the same layout (config.toml, metrics.jsonl, export/,
                             finished.json)
@@ -49,6 +51,7 @@ class RunLayout:
     EVAL: ClassVar[str] = "eval"
     EVAL_METRICS: ClassVar[str] = "metrics.json"  # in the eval/ directory (any `hargo eval` out)
     SFT: ClassVar[str] = "sft"
+    BASELINE_ANSWERS: ClassVar[str] = "baseline-answers"
 
     @property
     def config(self) -> Path:
@@ -101,6 +104,10 @@ class RunLayout:
     @property
     def eval_metrics(self) -> Path:
         return self.eval / self.EVAL_METRICS
+
+    @property
+    def baseline_answers(self) -> Path:
+        return self.root / self.BASELINE_ANSWERS
 
     @property
     def sft(self) -> RunLayout:
