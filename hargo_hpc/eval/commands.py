@@ -51,7 +51,8 @@ def eval_group() -> None:
 @click.option("--split", type=click.Choice(["eval", "train", "all"]), default="eval",
               show_default=True, help="Which examples: the held-out split, training's, all.")
 @click.option("-n", "limit", type=click.IntRange(min=1), default=None,
-              help="At most N examples per task (default: eval.max_examples, 0 = all).")
+              help="At most N examples per task (default: each task's eval size, capped by "
+                   "eval.max_examples).")
 @click.option("--baseline", default=None, metavar="MODEL_OR_RUN_DIR",
               help="WinRate against this (default: the run's starting model; none for a "
                    "model directory).")

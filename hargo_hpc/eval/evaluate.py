@@ -11,17 +11,28 @@ What is evaluated (`resolve_target`):
 - a **model directory** (an HF checkpoint, or `tiny` / `smollm2`): the four text tasks on the
   shipped samples (or `--tasks`), split with seed 0 and eval fraction 0.2; outputs to `--out`.
 
-Answers are greedy by default (`do_sample = False`), `rollout.max_new_tokens` long, one per
-prompt, in batches (`batch_size`); `--sample` uses HPC-GPT's sampling settings (temperature
-0.2, top-p 0.95). Each task's metrics are its own (`Task.metrics`, issue G): data-race F1 and
-adjusted F1, MLPerf exact match / token F1 / share over 40 characters, PLP similarity, GEMM's
-share ok and best GFLOPS / share of the in-run reference. WinRate (`tasks.winrate`) pools the
-text tasks' pairs, each judged in both orders.
+How many and how (`TaskPlan`, `plan_tasks`): each task evaluates at most its eval size of
+held-out examples (the TaskSpec's `eval_examples`, else the task's default `Task.eval_examples`:
+200 yes/no, 100 QA, every GEMM problem; `eval.max_examples` and `-n` cap them further), each
+`eval_samples` times (1 greedy answer; GEMM 4 kernels sampled at the rollout temperature),
+within the task's generation budget (`config.generation_budget`, as in training); `--sample`
+uses HPC-GPT's sampling settings (temperature 0.2, top-p 0.95) for the one-sample tasks.
+Each task's metrics are its own (`Task.metrics`): data-race F1 and adjusted F1, MLPerf exact
+match / token F1 / share over 40 characters, PLP similarity, GEMM's share ok and best GFLOPS;
+every text task also its mean reward (`reward_mean`, `Task.reward`). WinRate
+(`tasks.winrate`) pools the text tasks' pairs, each judged in both orders.
 
-Written (`write_outputs`): `metrics.json` (format 1, read by `hargo report`), one predictions
+Every metric that is a share or a mean comes with its 95 % interval over the examples
+(`eval.compare.intervals`, seeded bootstrap), and, with a baseline, the paired change
+run − baseline on the same examples (`eval.compare.paired`); WinRate with its interval (a
+difference from the baseline when it excludes 0.5). The baseline's answers are computed once
+and reused by every run that shares it (`eval.baseline_answers`).
+
+Written (`write_outputs`): `metrics.json` (format 2, read by `hargo report`), one predictions
 file per task as JSONL in the format `hargo eval score` reads (`output`, `prediction`,
-`instruction`, `input`; GEMM lines also carry the bench `record`), the baseline's next to it
-(`<task>.baseline.jsonl`), and `table.md`. Every file is written atomically.
+`instruction`, `input`, and `reward`; GEMM lines also carry the bench `record`), the
+baseline's next to it (`<task>.baseline.jsonl`), and `table.md`. Every file is written
+atomically.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hargo_hpc.config import RESOLVED_NAME, ExperimentConfig, validate_config
 from hargo_hpc.errors import HargoError
@@ -42,9 +53,13 @@ from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError, Example, Task
 from hargo_hpc.tasks.registry import task_class, task_names
 
-FORMAT = 1
+if TYPE_CHECKING:
+    from hargo_hpc.eval.compare import UnitMetrics
+
+FORMAT = 2
 DEFAULT_EVAL_FRACTION = 0.2
 EVAL_STEP = STEP_SPAN - 1  # evaluation's handoff step: the last of a run's span
+BASELINE_STEP = EVAL_STEP - 1  # the baseline's kernels, when it is evaluated here
 HPCGPT_SAMPLING = {"temperature": 0.2, "top_p": 0.95}  # the HPC-GPT paper's decoding
 Log = Callable[[str], object]
 
@@ -67,12 +82,43 @@ class Target:
     seed: int | None = None
 
 
+@dataclass(frozen=True)
+class TaskPlan:
+    """How one task is evaluated: its examples, `samples` completions of each (rows
+    u·samples … u·samples + samples − 1 answer example u), and the decoding."""
+
+    examples: list[Example]
+    samples: int
+    max_new_tokens: int
+    stop: tuple[str, ...]
+    do_sample: bool
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @property
+    def rows(self) -> list[Example]:
+        """The example of every row."""
+        return [e for e in self.examples for _ in range(self.samples)]
+
+    def decoding(self) -> dict[str, Any]:
+        """What metrics.json records of it (the baseline's cache key includes it)."""
+        out: dict[str, Any] = {"samples": self.samples, "max_new_tokens": self.max_new_tokens,
+                               "stop": list(self.stop), "do_sample": self.do_sample}
+        if self.do_sample:
+            out.update(temperature=self.temperature, top_p=self.top_p)
+        return out
+
+
 @dataclass
 class Answers:
-    """One model's answers per task, in the order of the examples."""
+    """One model's answers per task, one per row of the task's plan."""
 
     texts: dict[str, list[str]] = field(default_factory=dict)
     records: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
+
+    def predictions(self, task: Task) -> list[Any]:
+        """What `task.metrics` scores: bench records for a remote task, else the texts."""
+        return list(self.records[task.name] if task.remote else self.texts[task.name])
 
 
 # ---------------------------------------------------------------- what is evaluated
@@ -165,10 +211,22 @@ def baseline_target(path_or_name: str, evaluated: Target) -> str:
 # ---------------------------------------------------------------- the examples
 
 
+def eval_size(config: ExperimentConfig, name: str, limit: int | None = None) -> int | None:
+    """How many held-out examples of task `name` are evaluated at most: the smallest of the
+    caps that are set (not 0): `limit` (`-n`), `eval.max_examples`, and the TaskSpec's
+    `eval_examples`, else the task's default `Task.eval_examples`. None: all of them."""
+    spec = config.data.spec(name)
+    own = spec.eval_examples if spec.eval_examples is not None else (
+        task_class(name).eval_examples)
+    caps = [c for c in (limit, config.eval.max_examples, own) if c]
+    return min(caps) if caps else None
+
+
 def eval_examples(config: ExperimentConfig, split: str, limit: int | None,
                   log: Log) -> tuple[dict[str, Task], dict[str, list[Example]]]:
     """The tasks and each task's examples of `split` (eval: the held-out ones; train; all), at
-    most `limit` per task (the first ones, in the split's order)."""
+    most `eval_size` per task (the first ones, in the split's order). A task with fewer
+    held-out examples than its eval size is evaluated on those it has, and the log says so."""
     from hargo_hpc.tasks.data import load_tasks
     from hargo_hpc.tasks.registry import get_task
     from hargo_hpc.tasks.split import split_examples
@@ -182,12 +240,41 @@ def eval_examples(config: ExperimentConfig, split: str, limit: int | None,
         raise EvalError(str(err)) from None
     chosen = {"eval": held_out, "train": train, "all": everything}[split]
     tasks = {name: get_task(name, config.rewards) for name in loaded}
-    by_task = {name: [e for e in chosen if e.task == name][:limit] for name in loaded}
+    by_task = {}
+    for name in loaded:
+        size = eval_size(config, name, limit)
+        items = [e for e in chosen if e.task == name]
+        if size is not None and len(items) < size and split == "eval" and not limit:
+            log(f"task {name}: {len(items)} held-out examples, fewer than its eval size {size} "
+                "(raise its eval_fraction or give it more data): its intervals are wider")
+        by_task[name] = items[:size]
     empty = [name for name, items in by_task.items() if not items]
     if empty:
         raise EvalError(f"task {empty[0]}: no examples in the {split} split (data.eval_fraction "
                         f"= {config.data.eval_fraction}); use --split all or more data")
     return tasks, by_task
+
+
+def plan_tasks(config: ExperimentConfig, examples: dict[str, list[Example]], *,
+               sample: bool) -> dict[str, TaskPlan]:
+    """Each task's `TaskPlan`: its generation budget (`config.generation_budget`, training's),
+    `eval_samples` completions per example (the TaskSpec's, else `Task.eval_samples`); more
+    than one are sampled at the rollout's temperature and top-p (training's distribution),
+    one is greedy, or HPC-GPT's sampling with `sample`."""
+    from hargo_hpc.config import generation_budget
+
+    plans = {}
+    for name, items in examples.items():
+        spec = config.data.spec(name)
+        budget = generation_budget(spec, config.rollout)
+        samples = spec.eval_samples or task_class(name).eval_samples
+        if samples > 1:
+            how: dict[str, Any] = {"do_sample": True, "temperature": config.rollout.temperature,
+                                   "top_p": config.rollout.top_p}
+        else:
+            how = {"do_sample": sample, **(HPCGPT_SAMPLING if sample else {})}
+        plans[name] = TaskPlan(items, samples, budget.max_new_tokens, budget.stop, **how)
+    return plans
 
 
 # ---------------------------------------------------------------- answering
@@ -196,11 +283,11 @@ def eval_examples(config: ExperimentConfig, split: str, limit: int | None,
 class Answerer:
     """One model, loaded once, answering tasks' prompts (templated as in training)."""
 
-    def __init__(self, model_path: str, config: ExperimentConfig, *, sample: bool,
-                 batch_size: int, log: Log) -> None:
+    def __init__(self, model_path: str, config: ExperimentConfig, *, batch_size: int,
+                 log: Log) -> None:
         from hargo_hpc.tasks.prompts import resolve_format
         from hargo_hpc.train.model.models import load_policy
-        from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
+        from hargo_hpc.train.rollout.generate import HFGenerateBackend
 
         try:
             model, self.tokenizer = load_policy(
@@ -211,58 +298,63 @@ class Answerer:
         except ValueError as err:
             raise EvalError(f"{model_path}: {err}") from None
         self.name, self.batch_size, self.log = model_path, batch_size, log
+        self.seed = config.run.seed
         self.backend = HFGenerateBackend(model, self.tokenizer)
-        self.params = SamplingParams(max_new_tokens=config.rollout.max_new_tokens,
-                                     stop=tuple(config.rollout.stop), seed=config.run.seed,
-                                     do_sample=sample, **(HPCGPT_SAMPLING if sample else {}))
 
-    def __call__(self, tasks: dict[str, Task], examples: dict[str, list[Example]]
+    def __call__(self, tasks: dict[str, Task], plans: dict[str, TaskPlan]
                  ) -> dict[str, list[str]]:
-        """The completion of every example's prompt, per task."""
+        """The completions of every row of each task's plan (`samples` per example)."""
         import torch
 
         from hargo_hpc.tasks.prompts import build_prompt
+        from hargo_hpc.train.rollout.generate import SamplingParams
 
         out: dict[str, list[str]] = {}
         with torch.no_grad():
-            for name, items in examples.items():
+            for name, plan in plans.items():
+                params = SamplingParams(
+                    max_new_tokens=plan.max_new_tokens, stop=plan.stop, seed=self.seed,
+                    do_sample=plan.do_sample, temperature=plan.temperature, top_p=plan.top_p)
                 prompts = [build_prompt(tasks[name].user_text(e), self.format, self.tokenizer)
-                           for e in items]
+                           for e in plan.examples]
+                per_call = max(1, self.batch_size // plan.samples)
                 texts: list[str] = []
-                for lo in range(0, len(prompts), self.batch_size):
-                    batch = prompts[lo:lo + self.batch_size]
-                    texts.extend(self.backend.generate(batch, 1, self.params).texts)
-                    self.log(f"{name}: {len(texts)}/{len(prompts)} answered by {self.name}")
+                for lo in range(0, len(prompts), per_call):
+                    batch = prompts[lo:lo + per_call]
+                    texts.extend(self.backend.generate(batch, plan.samples, params).texts)
+                    self.log(f"{name}: {len(texts)}/{len(prompts) * plan.samples} answered by "
+                             f"{self.name}")
                 out[name] = texts
         return out
 
 
 def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
-                  examples: dict[str, list[Example]], texts: dict[str, list[str]],
-                  handoff_dir: Path, local_workers: int, log: Log
+                  plans: dict[str, TaskPlan], texts: dict[str, list[str]],
+                  handoff_dir: Path, local_workers: int, log: Log, step: int = EVAL_STEP
                   ) -> dict[str, list[dict[str, Any]]]:
     """The bench records of the remote tasks' completions (GEMM), through the handoff at
-    `handoff_dir` under evaluation's own step (EVAL_STEP, past any training step, plus the
-    run's handoff.step_offset as in training), served by the workers on that handoff (a
-    submission's bench array) or by `local_workers` started here."""
+    `handoff_dir` under evaluation's own `step` (EVAL_STEP, or BASELINE_STEP for the
+    baseline's: past any training step, plus the run's handoff.step_offset as in training),
+    served by the workers on that handoff (a submission's bench array) or by `local_workers`
+    started here."""
     from hargo_hpc.train.rollout.local_workers import LocalWorkers
     from hargo_hpc.train.rollout.rewards import RewardRouter
 
-    remote = [name for name in examples if tasks[name].remote]
+    remote = [name for name in plans if tasks[name].remote]
     if not remote:
         return {}
-    rows = [e for name in remote for e in examples[name]]
+    rows = [e for name in remote for e in plans[name].rows]
     completions = [t for name in remote for t in texts[name]]
     workers = LocalWorkers(handoff_dir, local_workers, bench=config.bench,
                            handoff=config.handoff, log=log)
     router = RewardRouter(tasks, handoff_dir=handoff_dir, log=log, progress=False,
                           handoff_settings=config.handoff, liveness=workers.check)
     with workers:
-        batch = router.score(EVAL_STEP, rows, completions)
+        batch = router.score(step, rows, completions)
     out: dict[str, list[dict[str, Any]]] = {}
     at = 0
     for name in remote:
-        n = len(examples[name])
+        n = len(plans[name].rows)
         out[name] = [r or {"status": "infra_error"} for r in batch.records[at:at + n]]
         at += n
     return out
@@ -271,39 +363,91 @@ def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
 # ---------------------------------------------------------------- scoring
 
 
-def score(tasks: dict[str, Task], examples: dict[str, list[Example]],
-          answers: Answers) -> dict[str, dict[str, Any]]:
-    """Each task's metrics (`Task.metrics`) of the answers; GEMM's over its bench records."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, items in examples.items():
-        task = tasks[name]
-        predictions: list[Any] = (answers.records[name] if task.remote
-                                  else answers.texts[name])
+def row_rewards(task: Task, plan: TaskPlan, answers: Answers) -> list[float] | None:
+    """Each row's reward: `Task.reward` of a text task; None for a remote one (GEMM's
+    metrics hold its mean reward)."""
+    if task.remote:
+        return None
+    try:
+        return [float(r) for r in task.reward(plan.rows, answers.texts[task.name])]
+    except (DataError, ValueError) as err:
+        raise EvalError(f"task {task.name}: reward: {err}") from None
+
+
+def unit_metrics(task: Task, plan: TaskPlan, answers: Answers) -> UnitMetrics:
+    """The task's metrics (and `reward_mean`) on the rows of any examples: what the
+    bootstrap resamples (`eval.compare`)."""
+    from hargo_hpc.eval.compare import unit_rows
+
+    rows, predictions = plan.rows, answers.predictions(task)
+    rewards = row_rewards(task, plan, answers)
+
+    def of(idx: Any) -> dict[str, Any]:
+        chosen = unit_rows(idx, plan.samples)
         try:
-            out[name] = _finite({"n": len(items), **task.metrics(items, predictions)})
+            values = dict(task.metrics([rows[i] for i in chosen],
+                                       [predictions[i] for i in chosen]))
         except (DataError, ValueError) as err:
-            raise EvalError(f"task {name}: {err}") from None
+            raise EvalError(f"task {task.name}: {err}") from None
+        if rewards is not None:
+            values["reward_mean"] = (sum(rewards[i] for i in chosen) / len(chosen)
+                                     if chosen else 0.0)
+        return values
+
+    return of
+
+
+def score(tasks: dict[str, Task], plans: dict[str, TaskPlan], ours: Answers,
+          theirs: Answers | None = None, *, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Each task's metrics on all its examples (`n` examples, `rows` answers), the 95 %
+    interval of every share and mean (`intervals`), and with a baseline its values
+    (`baseline`) and the paired change run − baseline (`vs_baseline`)."""
+    from hargo_hpc.eval import compare
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, plan in plans.items():
+        task, n = tasks[name], len(plan.examples)
+        everything = list(range(n))
+        ours_of = unit_metrics(task, plan, ours)
+        values = _finite(ours_of(everything))
+        keys = compare.interval_keys(values)
+        entry: dict[str, Any] = {**values, "n": n, "rows": len(plan.rows),
+                                 "intervals": compare.as_json(
+                                     compare.intervals(ours_of, n, keys, seed=seed))}
+        if theirs is not None:
+            theirs_of = unit_metrics(task, plan, theirs)
+            entry["baseline"] = _finite(theirs_of(everything))
+            entry["vs_baseline"] = compare.as_json(
+                compare.paired(theirs_of, ours_of, n, keys, seed=seed))
+        out[name] = entry
     return out
 
 
-def winrates(tasks: dict[str, Task], examples: dict[str, list[Example]], ours: Answers,
-             theirs: Answers, judge_spec: str) -> dict[str, Any]:
-    """WinRate of `ours` against `theirs` per text task and over all their pairs."""
+def winrates(tasks: dict[str, Task], plans: dict[str, TaskPlan], ours: Answers,
+             theirs: Answers, judge_spec: str, *, seed: int = 0) -> dict[str, Any]:
+    """WinRate of `ours` against `theirs` per text task and over all their pairs, each with
+    its 95 % interval (`interval`: the baseline is beaten, or beats us, when it excludes
+    0.5)."""
+    from hargo_hpc.eval.intervals import bootstrap, winrate_metric
     from hargo_hpc.tasks.winrate import WinRate, make_judge, win_rate
+
+    def with_interval(result: WinRate) -> dict[str, Any]:
+        found = bootstrap(winrate_metric(result.outcomes), result.n, seed=seed)
+        return {**result.as_dict(), "interval": found.to_json()}
 
     per_task: dict[str, Any] = {}
     outcomes: list[Any] = []
-    for name, items in examples.items():
+    for name, plan in plans.items():
         if tasks[name].remote:
             continue
         try:
-            result = win_rate(items, ours.texts[name], theirs.texts[name],
+            result = win_rate(plan.rows, ours.texts[name], theirs.texts[name],
                               make_judge(judge_spec, tasks[name]))
         except (DataError, ValueError) as err:
             raise EvalError(f"task {name}: WinRate: {err}") from None
-        per_task[name] = result.as_dict()
+        per_task[name] = with_interval(result)
         outcomes.extend(result.outcomes)
-    return {"overall": WinRate(tuple(outcomes)).as_dict(), "tasks": per_task}
+    return {"overall": with_interval(WinRate(tuple(outcomes))), "tasks": per_task}
 
 
 def _finite(values: dict[str, Any]) -> dict[str, Any]:
@@ -315,69 +459,93 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- putting it together
 
 
+def answer(model: str, target: Target, tasks: dict[str, Task], plans: dict[str, TaskPlan], *,
+           handoff_dir: Path, workers: int, batch_size: int, log: Log,
+           step: int = EVAL_STEP) -> Answers:
+    """`model`'s answers to every plan, the remote tasks' scored by the bench (first: its
+    workers are waiting)."""
+    config = target.config
+    answerer = Answerer(model, config, batch_size=batch_size, log=log)
+    remote = {n: p for n, p in plans.items() if tasks[n].remote}
+    text = {n: p for n, p in plans.items() if not tasks[n].remote}
+    found = Answers(answerer(tasks, remote))
+    found.records = bench_records(config, tasks, remote, found.texts, handoff_dir, workers,
+                                  log, step=step)
+    found.texts.update(answerer(tasks, text))
+    return found
+
+
 def evaluate(target: Target, *, split: str = "eval", limit: int | None = None,
              baseline: str | None = None, judge: str = "auto", sample: bool = False,
              batch_size: int = 8, local_workers: int | None = None,
              log: Log = print) -> dict[str, Any]:
     """Answer, score, compare with the baseline (None: `target.baseline`; '' none) and write
     the outputs (`write_outputs`); returns metrics.json's content. `local_workers` (None: the
-    config's handoff.local_workers) bench workers are started for GEMM."""
+    config's handoff.local_workers) bench workers are started for GEMM. The baseline's
+    answers come from its cache when another evaluation computed them
+    (`baseline_answers.cached_answers`)."""
+    from hargo_hpc.eval.baseline_answers import cached_answers
+
     config = target.config
     tasks, examples = eval_examples(config, split, limit, log)
+    plans = plan_tasks(config, examples, sample=sample)
     handoff_dir = config.handoff_dir() if target.run_dir is not None else target.out / "handoff"
     workers = config.handoff.local_workers if local_workers is None else local_workers
     if target.run_dir is None and local_workers is None:
         workers = max(workers, 1)  # a bare model has no submission's bench array
-    remote = {n: items for n, items in examples.items() if tasks[n].remote}
-    text = {n: items for n, items in examples.items() if not tasks[n].remote}
-    answerer = Answerer(target.model, config, sample=sample, batch_size=batch_size, log=log)
-    ours = Answers(answerer(tasks, remote))  # the bench's first: its workers are waiting
-    ours.records = bench_records(config, tasks, remote, ours.texts, handoff_dir, workers, log)
-    ours.texts.update(answerer(tasks, text))
+    common = {"handoff_dir": handoff_dir, "workers": workers, "batch_size": batch_size,
+              "log": log}
+    ours = answer(target.model, target, tasks, plans, **common)
     base_model = baseline if baseline is not None else target.baseline
     theirs = None
-    if base_model and text:
-        theirs = Answers(Answerer(base_model, config, sample=sample, batch_size=batch_size,
-                                  log=log)(tasks, text))
+    if base_model:
+        theirs = cached_answers(
+            base_model, config, plans, split=split, log=log,
+            compute=lambda: answer(base_model, target, tasks, plans, step=BASELINE_STEP,
+                                   **common))
+    seed = config.run.seed
     metrics: dict[str, Any] = {
         "format": FORMAT, "model": target.model,
         "run_dir": None if target.run_dir is None else str(target.run_dir),
-        "method": target.method, "seed": target.seed, "split": split,
-        "decoding": {"do_sample": sample, "max_new_tokens": config.rollout.max_new_tokens,
-                     **(HPCGPT_SAMPLING if sample else {})},
-        "tasks": score(tasks, examples, ours),
+        "method": target.method, "seed": seed, "split": split,
+        "baseline": base_model or None,
+        "decoding": {name: plan.decoding() for name, plan in plans.items()},
+        "tasks": score(tasks, plans, ours, theirs, seed=seed),
         "winrate": None,
     }
-    if theirs is not None:
+    if theirs is not None and any(not tasks[n].remote for n in plans):
         metrics["winrate"] = {"baseline": base_model, "judge": judge,
-                              **winrates(tasks, examples, ours, theirs, judge)}
-    write_outputs(target.out, metrics, tasks, examples, ours, theirs)
+                              **winrates(tasks, plans, ours, theirs, judge, seed=seed)}
+    write_outputs(target.out, metrics, tasks, plans, ours, theirs)
     return metrics
 
 
 def write_outputs(out: Path, metrics: dict[str, Any], tasks: dict[str, Task],
-                  examples: dict[str, list[Example]], ours: Answers,
-                  theirs: Answers | None) -> None:
+                  plans: dict[str, TaskPlan], ours: Answers, theirs: Answers | None) -> None:
     """metrics.json, predictions/<task>.jsonl (and .baseline.jsonl), table.md, atomically."""
     predictions = out / "predictions"
     predictions.mkdir(parents=True, exist_ok=True)
-    for name, items in examples.items():
-        write_atomic(predictions / f"{name}.jsonl",
-                     _jsonl(items, ours.texts[name], ours.records.get(name)))
-        if theirs is not None and name in theirs.texts:
-            write_atomic(predictions / f"{name}.baseline.jsonl",
-                         _jsonl(items, theirs.texts[name], None))
+    for name, plan in plans.items():
+        for answers, suffix in ((ours, ""), (theirs, ".baseline")):
+            if answers is None:
+                continue
+            write_atomic(predictions / f"{name}{suffix}.jsonl",
+                         _jsonl(plan, answers, row_rewards(tasks[name], plan, answers)))
     write_atomic(out / "table.md", format_table(metrics))
     write_atomic(out / RunLayout.EVAL_METRICS,
                  json.dumps(metrics, indent=1, allow_nan=False) + "\n")
 
 
-def _jsonl(items: Sequence[Example], texts: Sequence[str],
-           records: Sequence[dict[str, Any] | None] | None) -> str:
+def _jsonl(plan: TaskPlan, answers: Answers, rewards: Sequence[float] | None) -> str:
+    name = plan.examples[0].task if plan.examples else ""
+    records = answers.records.get(name)
     lines = []
-    for i, (e, text) in enumerate(zip(items, texts, strict=True)):
-        row: dict[str, Any] = {"id": e.id, "instruction": e.instruction, "input": e.input,
+    for i, (e, text) in enumerate(zip(plan.rows, answers.texts[name], strict=True)):
+        row: dict[str, Any] = {"id": e.id, "sample": i % plan.samples,
+                               "instruction": e.instruction, "input": e.input,
                                "output": e.output, "prediction": text}
+        if rewards is not None:
+            row["reward"] = rewards[i]
         if records is not None:
             row["record"] = records[i]
         lines.append(json.dumps(row, ensure_ascii=False))
@@ -393,25 +561,61 @@ def headline(name: str) -> tuple[str, ...]:
         return ()
 
 
+def with_interval(values: dict[str, Any], key: str) -> str:
+    """`0.575 [0.430, 0.710]` (the value and its interval), `0.575` without one, `—` for
+    none; a change against the baseline follows as `Δ +0.025 [−0.175, +0.225]`, marked `*`
+    when its interval excludes 0."""
+    from hargo_hpc.eval.intervals import Interval
+
+    shown = _fmt(values.get(key))
+    found = (values.get("intervals") or {}).get(key)
+    if found and found.get("low") is not None:
+        shown += f" [{_fmt(found['low'])}, {_fmt(found['high'])}]"
+    change = (values.get("vs_baseline") or {}).get(key)
+    if change and change.get("value") is not None:
+        delta = Interval.from_json(change)
+        mark = " *" if delta.excludes_zero() else ""
+        bounds = ("" if change.get("low") is None
+                  else f" [{delta.low:+.4g}, {delta.high:+.4g}]")
+        shown += f", Δ {delta.value:+.4g}{bounds}{mark}"
+    return shown
+
+
 def format_table(metrics: dict[str, Any]) -> str:
-    """The markdown table of one evaluation: task, examples, its headline metrics, WinRate."""
+    """The markdown table of one evaluation: task, examples, its headline metrics with their
+    intervals and changes against the baseline, WinRate."""
     rates = (metrics.get("winrate") or {}).get("tasks", {})
-    lines = [f"Evaluation of {metrics['model']} ({metrics['split']} split)", "",
+    lines = [f"Evaluation of {metrics['model']} ({metrics['split']} split); 95 % intervals "
+             "over the examples; Δ = this model − the baseline on the same examples, * where "
+             "its interval excludes 0", "",
              "| task | n | metrics | WinRate vs baseline |", "|---|---|---|---|"]
     for name, values in metrics["tasks"].items():
         keys = headline(name) or tuple(k for k, v in values.items()
-                                       if isinstance(v, int | float))[:3]
-        shown = ", ".join(f"{k} {_fmt(values.get(k))}" for k in keys)
+                                       if isinstance(v, float))[:3]
+        keys = (*keys, *(("reward_mean",) if "reward_mean" in values
+                         and "reward_mean" not in keys else ()))
+        shown = "; ".join(f"{k} {with_interval(values, k)}" for k in keys)
         rate = rates.get(name)
         lines.append(f"| {name} | {values.get('n', '')} | {shown} | "
-                     f"{'' if rate is None else _fmt(100 * rate['win_rate']) + ' %'} |")
+                     f"{'' if rate is None else _rate_text(rate)} |")
     overall = (metrics.get("winrate") or {}).get("overall")
     if overall:
         lines += ["", f"WinRate vs {metrics['winrate']['baseline']} ({metrics['winrate']['judge']}"
-                      f" judge): {100 * overall['win_rate']:.2f} % over {overall['n']} pairs "
+                      f" judge): {_rate_text(overall)} over {overall['n']} pairs "
                       f"({overall['wins']} wins, {overall['ties']} ties, "
                       f"{overall['losses']} losses)"]
     return "\n".join(lines) + "\n"
+
+
+def _rate_text(rate: dict[str, Any]) -> str:
+    """`48.75 % [41.2, 56.3]`, marked `*` when the interval excludes 50 %."""
+    shown = f"{100 * rate['win_rate']:.2f} %"
+    found = rate.get("interval") or {}
+    if found.get("low") is not None:
+        low, high = found["low"], found["high"]
+        shown += f" [{100 * low:.1f}, {100 * high:.1f}]" + (
+            " *" if low > 0.5 or high < 0.5 else "")
+    return shown
 
 
 def _fmt(value: Any) -> str:

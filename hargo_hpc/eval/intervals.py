@@ -51,29 +51,40 @@ class Interval:
                 f"(n={self.n})")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n}
+        """Plain data; a bound that is not finite (no interval) is null."""
+        return {"value": _finite_or_none(self.value), "low": _finite_or_none(self.low),
+                "high": _finite_or_none(self.high), "n": self.n}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Interval:
-        return cls(float(data["value"]), float(data["low"]), float(data["high"]), int(data["n"]))
+        return cls(*(math.nan if data.get(k) is None else float(data[k])
+                     for k in ("value", "low", "high")), int(data["n"]))
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def bootstrap(metric: Metric, n: int, *, seed: int = 0, resamples: int = RESAMPLES,
               confidence: float = CONFIDENCE) -> Interval:
     """The metric on all `n` examples and its percentile-bootstrap interval (module
-    docstring). n = 0 gives NaN bounds; a metric that is the same on every resample gives a
-    zero-width interval."""
+    docstring). Fewer than 2 examples give NaN bounds (nothing to resample); a metric that is
+    the same on every resample gives a zero-width interval."""
+    import warnings
+
     from scipy import stats
 
     everything = np.arange(n)
     value = float(metric(everything))
-    if n == 0:
-        return Interval(value, math.nan, math.nan, 0)
-    result = stats.bootstrap(
-        (everything,), lambda idx: float(metric(idx.astype(int))), vectorized=False,
-        n_resamples=resamples, confidence_level=confidence, method="percentile",
-        random_state=np.random.default_rng(seed),
-    )
+    if n < 2:
+        return Interval(value, math.nan, math.nan, n)
+    with warnings.catch_warnings():  # a metric equal on every resample is a fine answer
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(
+            (everything,), lambda idx: float(metric(idx.astype(int))), vectorized=False,
+            n_resamples=resamples, confidence_level=confidence, method="percentile",
+            random_state=np.random.default_rng(seed),
+        )
     low, high = result.confidence_interval
     return Interval(value, float(low), float(high), n)
 

@@ -15,7 +15,9 @@ class EvalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_examples: int = Field(
-        0, ge=0, description="at most this many held-out examples per task (0 = all of them)")
+        0, ge=0, description="at most this many held-out examples of any task (0 = no cap "
+        "beyond each task's eval size: its eval_examples, else 200 yes/no, 100 QA, every GEMM "
+        "problem)")
     sample: bool = Field(
         False, description="HPC-GPT's sampling (temperature 0.2, top-p 0.95) instead of greedy")
     judge: str = Field("auto", min_length=1,

@@ -5,8 +5,9 @@ A run directory (what `hargo train` writes, then `hargo eval`) holds some of:
 - `config.toml`: the resolved experiment: `[run] name, seed`, `[algorithm] name`,
   `[[data.tasks]] name`;
 - `metrics.jsonl`: one record per RL step (docs/training.md, "Metrics");
-- `eval/metrics.json`: the evaluation of the trained model (format 1: per task its metrics,
-  and the WinRate against a baseline);
+- `eval/metrics.json`: the evaluation of the trained model (format 2: per task its metrics,
+  their 95 % intervals and paired changes against the baseline, and the WinRate with its
+  interval; format 1, without intervals, still reads);
 - `sqd/results.jsonl` and `sqd/state.json`: with SQD, every GEMM bench result and the stages.
 
 Missing files leave their cells empty; a directory with none of the first three is not a run
@@ -30,7 +31,7 @@ from hargo_hpc.files import read_jsonl
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.names import TASK_NAMES
 
-EVAL_FORMAT = 1
+EVAL_FORMATS = (1, 2)
 MISSING = "—"
 NOT_A_RUN = (f"not a run directory (no {RunLayout.CONFIG}, {RunLayout.METRICS} or "
              f"{RunLayout.EVAL}/{RunLayout.EVAL_METRICS})")
@@ -94,9 +95,18 @@ class Column:
         """The value in the table's unit, rounded; None stays None."""
         return None if value is None else round(value * self.scale, self.digits)
 
-    def text(self, value: float | None) -> str:
+    def text(self, value: float | None, interval: tuple[float, float] | None = None,
+             signed: bool = False) -> str:
+        """`57.50`, with an interval `57.50 [43.00, 71.00]`; `signed` writes `+2.50`."""
         shown = self.display(value)
-        return MISSING if shown is None else f"{shown:.{self.digits}f}"
+        if shown is None:
+            return MISSING
+        spec = f"{'+' if signed else ''}.{self.digits}f"
+        text = f"{shown:{spec}}"
+        if interval is not None:
+            low, high = (self.display(v) for v in interval)
+            text += f" [{low:{spec}}, {high:{spec}}]"
+        return text
 
 
 def _pct(key: str, header: str, task: str | None, source: tuple[str, ...], what: str) -> Column:
@@ -145,6 +155,14 @@ class Row:
     run: str
     path: str
     values: dict[str, float | None] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    changes: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+
+    def significant(self, key: str) -> bool:
+        """Whether the change against the baseline of column `key` excludes 0 (WinRate: its
+        interval excludes 0.5, i.e. the change from an even match)."""
+        found = self.changes.get(key)
+        return found is not None and (found[1] > 0 or found[2] < 0)
 
 
 class MethodTable(NamedTuple):
@@ -190,9 +208,9 @@ def _read_eval(file: Path) -> dict[str, Any]:
     data = _read_json(file)
     if not isinstance(data, dict):
         raise ReportError(f"{file}: expected a JSON object")
-    if data.get("format", EVAL_FORMAT) != EVAL_FORMAT:
-        raise ReportError(f"{file}: format {data.get('format')!r}; this report reads format "
-                          f"{EVAL_FORMAT}")
+    if data.get("format", 1) not in EVAL_FORMATS:
+        raise ReportError(f"{file}: format {data.get('format')!r}; this report reads formats "
+                          f"{', '.join(map(str, EVAL_FORMATS))}")
     return data
 
 
@@ -330,6 +348,35 @@ def _value(run: RunSummary, column: Column) -> float | None:
     return number(_dig(run.eval_task(column.task), *column.source))
 
 
+def _bounds(found: Any) -> tuple[float, float] | None:
+    low, high = number(_dig(found, "low")), number(_dig(found, "high"))
+    return None if low is None or high is None else (low, high)
+
+
+def _interval(run: RunSummary, column: Column) -> tuple[float, float] | None:
+    """The column's 95 % interval in eval/metrics.json (format 2), or None."""
+    if column.key == "winrate":
+        return _bounds(_dig(run.winrate(), "overall", "interval"))
+    if column.task is None or column.task not in run.tasks:
+        return None
+    return _bounds(_dig(run.eval_task(column.task), "intervals", column.source[-1]))
+
+
+def _change(run: RunSummary, column: Column) -> tuple[float, float, float] | None:
+    """(value, low, high) of the column's paired change against the baseline; WinRate's is
+    its distance from an even match, 0.5."""
+    if column.key == "winrate":
+        rate, bounds = _value(run, column), _interval(run, column)
+        if rate is None or bounds is None:
+            return None
+        return rate - 0.5, bounds[0] - 0.5, bounds[1] - 0.5
+    if column.task is None or column.task not in run.tasks:
+        return None
+    found = _dig(run.eval_task(column.task), "vs_baseline", column.source[-1])
+    value, bounds = number(_dig(found, "value")), _bounds(found)
+    return None if value is None or bounds is None else (value, *bounds)
+
+
 def _notes(runs: Sequence[RunSummary], labels: Sequence[str]) -> list[str]:
     notes: list[str] = []
     all_tasks = _task_order(t for run in runs for t in run.tasks)
@@ -392,9 +439,30 @@ def method_table(runs: Iterable[RunSummary]) -> MethodTable:
     and where the evaluations' split or decoding differ."""
     ordered = sort_runs(runs)
     labels = run_labels(ordered)
-    rows = [Row(run.method, run.seed, run.name, str(run.path),
-                {column.key: _value(run, column) for column in COLUMNS}) for run in ordered]
-    return MethodTable(COLUMNS, rows, _notes(ordered, labels))
+    rows = []
+    for run in ordered:
+        intervals = {c.key: found for c in COLUMNS if (found := _interval(run, c)) is not None}
+        changes = {c.key: found for c in COLUMNS if (found := _change(run, c)) is not None}
+        rows.append(Row(run.method, run.seed, run.name, str(run.path),
+                        {column.key: _value(run, column) for column in COLUMNS},
+                        intervals, changes))
+    return MethodTable(COLUMNS, rows, [*_sizes(ordered), *_notes(ordered, labels)])
+
+
+def _sizes(runs: Sequence[RunSummary]) -> list[str]:
+    """One note of how many examples each task was evaluated on (n), when every run agrees;
+    else one per run."""
+    sizes = {}
+    for run in runs:
+        tasks = _dig(run.evaluation, "tasks")
+        if isinstance(tasks, dict):
+            sizes[run.label] = ", ".join(f"{name} {_dig(v, 'n')}" for name, v in tasks.items())
+    if not sizes:
+        return []
+    if len(set(sizes.values())) == 1:
+        return [f"evaluated on n examples per task: {next(iter(sizes.values()))}; cells show "
+                "the value and its 95 % interval over those examples"]
+    return [f"{label}: evaluated on {text}" for label, text in sizes.items()]
 
 
 # ---------------------------------------------------------------- renderings
@@ -413,8 +481,21 @@ def to_markdown(table: MethodTable) -> str:
              "|---|---:|---|" + "---:|" * len(columns)]
     for row in rows:
         cells = [row.method, MISSING if row.seed is None else str(row.seed), row.run,
-                 *(c.text(row.values.get(c.key)) for c in columns)]
+                 *(c.text(row.values.get(c.key), row.intervals.get(c.key)) for c in columns)]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    changed = [c for c in columns if any(c.key in row.changes for row in rows)]
+    if changed:
+        lines += ["", "Change against the baseline, paired on the same examples (WinRate: "
+                  "its distance from 50 %); **bold** where the 95 % interval excludes 0:", "",
+                  "| method | seed | run | " + " | ".join(c.header for c in changed) + " |",
+                  "|---|---:|---|" + "---:|" * len(changed)]
+        for row in rows:
+            cells = [row.method, MISSING if row.seed is None else str(row.seed), row.run]
+            for c in changed:
+                found = row.changes.get(c.key)
+                text = MISSING if found is None else c.text(found[0], found[1:], signed=True)
+                cells.append(f"**{text}**" if row.significant(c.key) else text)
+            lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     if notes:
         lines.append("")
         lines.extend(f"- {_cell(note)}" for note in notes)
@@ -437,7 +518,13 @@ def to_dict(table: MethodTable) -> dict[str, Any]:
                      "unit": "%" if c.scale == 100 else "", "digits": c.digits,
                      "description": c.description} for c in columns],
         "rows": [{"method": row.method, "seed": row.seed, "run": row.run, "run_dir": row.path,
-                  **{c.key: c.display(row.values.get(c.key)) for c in columns}}
+                  **{c.key: c.display(row.values.get(c.key)) for c in columns},
+                  "intervals": {k: [c.display(v) for v in row.intervals[k]]
+                                for c in columns if (k := c.key) in row.intervals},
+                  "vs_baseline": {k: {"value": c.display(row.changes[k][0]),
+                                      "interval": [c.display(v) for v in row.changes[k][1:]],
+                                      "significant": row.significant(k)}
+                                  for c in columns if (k := c.key) in row.changes}}
                  for row in rows],
         "notes": list(notes),
     }

@@ -20,6 +20,7 @@ from hargo_hpc.tasks.base import Example, Task, check_pairs
 from hargo_hpc.tasks.similarity import as_text, similarity_scores
 
 MAX_ANSWER_CHARS = 4096  # an extracted answer is cut to this many characters
+SCORE_MEMORY = 50_000  # (answer, reference) similarity scores a task instance keeps
 OVER_CHARS = 40  # the metric's length threshold: HARGO's "65.9 % of answers exceed 40 characters"
 _SECTION = re.compile(r"^[ \t]*###(?=\s|$)", re.MULTILINE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -136,7 +137,19 @@ class _QATask(Task):
         return extract_answer(completion)
 
     def _similarity(self, answers: Sequence[str], references: Sequence[str]) -> list[float]:
-        return similarity_scores(answers, references, self.rewards.similarity_model)
+        """`similarity_scores`, each distinct (answer, reference) pair embedded once per task
+        instance: an evaluation's bootstrap rescores the same pairs a thousand times. The
+        memory is dropped past SCORE_MEMORY pairs (a long training run never repeats many)."""
+        memory: dict[tuple[str, str], float] = self.__dict__.setdefault("_scores", {})
+        pairs = list(zip(answers, references, strict=True))
+        missing = list(dict.fromkeys(p for p in pairs if p not in memory))
+        if missing:
+            if len(memory) + len(missing) > SCORE_MEMORY:
+                memory.clear()
+            scores = similarity_scores([a for a, _ in missing], [r for _, r in missing],
+                                       self.rewards.similarity_model)
+            memory.update(zip(missing, scores, strict=True))
+        return [memory[p] for p in pairs]
 
 
 class MlperfQA(_QATask):

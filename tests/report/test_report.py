@@ -251,8 +251,8 @@ def test_load_run_errors_and_sweeps(runs: list[Path], tmp_path: Path) -> None:
         load_run(empty)
     with pytest.raises(ReportError, match="no such directory"):
         load_run(tmp_path / "nope")
-    bad = write_run(tmp_path / "bad", evaluation='{"format": 2}')
-    with pytest.raises(ReportError, match="format 2; this report reads format 1"):
+    bad = write_run(tmp_path / "bad", evaluation='{"format": 3}')
+    with pytest.raises(ReportError, match="format 3; this report reads formats 1, 2"):
         load_run(bad)
     # a sweep's submission directory stands for its run directories
     sweep = tmp_path / "sweep"
@@ -342,3 +342,32 @@ def test_the_table_and_the_command_load_neither_torch_nor_matplotlib() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_cells_show_intervals_and_significant_changes_are_bold(tmp_path: Path) -> None:
+    """Format 2: a cell is the value and its interval (in the column's unit), the change
+    table holds the paired change against the baseline, bold where it excludes 0; WinRate's
+    change is its distance from 50 %."""
+    evaluation = {
+        "format": 2, "tasks": {"data_race_c": {
+            "n": 200, "f1": 0.6, "adjusted_f1": 0.5,
+            "intervals": {"f1": {"value": 0.6, "low": 0.52, "high": 0.68, "n": 200}},
+            "vs_baseline": {"f1": {"value": 0.1, "low": 0.02, "high": 0.18, "n": 200},
+                            "adjusted_f1": {"value": 0.05, "low": -0.01, "high": 0.11,
+                                            "n": 200}}}},
+        "winrate": {"baseline": "sft", "judge": "auto", "overall": {
+            "n": 200, "wins": 60, "ties": 100, "losses": 40, "win_rate": 0.55,
+            "interval": {"value": 0.55, "low": 0.51, "high": 0.59, "n": 200}}}}
+    run = write_run(tmp_path / "r", config='[run]\nname = "r"\n[algorithm]\nname = "hargo"\n'
+                    '[[data.tasks]]\nname = "data_race_c"\n', evaluation=json.dumps(evaluation))
+    table = method_table(load_runs([run]))
+    text = to_markdown(table)
+    assert "| 60.00 [52.00, 68.00] |" in text  # C F1, in percent
+    assert "| 55.00 [51.00, 59.00] |" in text  # WinRate
+    assert "**+10.00 [+2.00, +18.00]**" in text  # C F1's change excludes 0
+    assert "| +5.00 [-1.00, +11.00] |" in text  # adjusted F1's does not: not bold
+    assert "**+5.00 [+1.00, +9.00]**" in text  # WinRate 55 % [51, 59]: beats an even match
+    assert "evaluated on n examples per task: data_race_c 200" in text
+    row = to_dict(table)["rows"][0]
+    assert row["vs_baseline"]["race_c_f1"] == {"value": 10.0, "interval": [2.0, 18.0],
+                                               "significant": True}

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from hargo_hpc.cli import main
 from hargo_hpc.config import validate_config
-from hargo_hpc.eval.evaluate import EVAL_STEP, format_table
+from hargo_hpc.eval.evaluate import BASELINE_STEP, EVAL_STEP, format_table
 from hargo_hpc.train import loop
 
 TEXT = ("data_race_c", "mlperf_qa", "plp_qa")
@@ -33,8 +33,11 @@ def test_the_metrics_equal_hargo_eval_score_of_the_predictions(tmp_path: Path) -
                  "-o", str(out))
     assert done.exit_code == 0, done.output
     metrics = metrics_of(out)
-    assert metrics["format"] == 1 and metrics["split"] == "eval"
-    assert metrics["decoding"] == {"do_sample": False, "max_new_tokens": 64}
+    assert metrics["format"] == 2 and metrics["split"] == "eval"
+    # each task's own budget (Task.max_new_tokens, under rollout.max_new_tokens 64), greedy
+    assert metrics["decoding"] == {
+        name: {"samples": 1, "max_new_tokens": tokens, "stop": ["\n###"], "do_sample": False}
+        for name, tokens in zip(TEXT, (8, 48, 64), strict=True)}
     assert list(metrics["tasks"]) == list(TEXT)
     for name in TEXT:
         file = out / "predictions" / f"{name}.jsonl"
@@ -46,13 +49,25 @@ def test_the_metrics_equal_hargo_eval_score_of_the_predictions(tmp_path: Path) -
         assert scored.exit_code == 0, scored.output
         for key, value in json.loads(scored.output).items():
             assert metrics["tasks"][name][key] == pytest.approx(value), (name, key)
+        # the mean reward is the mean of the rows' rewards; every share and mean has an
+        # interval around its value; the same model as baseline changes nothing, exactly
+        entry = metrics["tasks"][name]
+        assert entry["reward_mean"] == pytest.approx(sum(r["reward"] for r in rows) / 3)
+        for key, found in entry["intervals"].items():
+            assert found["n"] == 3 and found["low"] <= entry[key] <= found["high"], key
+        assert set(entry["intervals"]) >= {"reward_mean", *(
+            k for k, v in entry.items() if isinstance(v, float))}
+        assert entry["baseline"]["reward_mean"] == entry["reward_mean"]
+        assert all((d["value"], d["low"], d["high"]) == (0.0, 0.0, 0.0)
+                   for d in entry["vs_baseline"].values())
     # greedy tiny against greedy tiny: the same answers, every pair a tie, WinRate 50 %
     rate = metrics["winrate"]
     assert rate["baseline"] == "tiny" and rate["judge"] == "auto"
-    assert rate["overall"] == {"n": 9, "wins": 0, "losses": 0, "ties": 9, "win_rate": 0.5}
+    assert rate["overall"] == {"n": 9, "wins": 0, "losses": 0, "ties": 9, "win_rate": 0.5,
+                               "interval": {"value": 0.5, "low": 0.5, "high": 0.5, "n": 9}}
     assert (out / "predictions" / "plp_qa.baseline.jsonl").is_file()
     assert (out / "table.md").read_text() == format_table(metrics)
-    assert "WinRate vs tiny (auto judge): 50.00 % over 9 pairs" in done.output
+    assert "WinRate vs tiny (auto judge): 50.00 % [50.0, 50.0] over 9 pairs" in done.output
 
 
 def test_a_run_directory_is_evaluated_on_its_split_against_its_starting_model(
@@ -82,12 +97,17 @@ def test_a_run_directory_is_evaluated_on_its_split_against_its_starting_model(
     assert held_out and not set(held_out) & trained_on
     assert metrics["tasks"]["plp_qa"]["n"] == 3  # 12 items, eval_fraction 0.25
     gemm = metrics["tasks"]["gemm"]
-    assert gemm["n"] >= 1 and gemm["scored"] == gemm["n"]
-    records = [json.loads(line)["record"] for line in
-               (run_dir / "eval" / "predictions" / "gemm.jsonl").read_text().splitlines()]
-    assert all(r["status"] != "infra_error" for r in records)
+    # every held-out problem, Gemm.eval_samples = 4 sampled kernels each, all benchmarked
+    assert gemm["n"] >= 1 and gemm["rows"] == 4 * gemm["n"] == gemm["scored"]
+    lines = [json.loads(line) for line in
+             (run_dir / "eval" / "predictions" / "gemm.jsonl").read_text().splitlines()]
+    assert [line["sample"] for line in lines] == [0, 1, 2, 3] * gemm["n"]
+    assert all(line["record"]["status"] != "infra_error" for line in lines)
+    assert metrics["decoding"]["gemm"]["do_sample"] is True
     steps = [p.name for p in (run_dir / "handoff" / "steps").iterdir()]
     assert any(str(EVAL_STEP) in name for name in steps)  # evaluation's own handoff step
+    assert any(str(BASELINE_STEP) in name for name in steps)  # and the baseline's kernels
+    assert "ok_share" in gemm["baseline"] and "ok_share" in gemm["vs_baseline"]
     assert metrics["winrate"]["baseline"] == "tiny"
     assert set(metrics["winrate"]["tasks"]) == {"plp_qa"}  # kernels are measured, not judged
 
