@@ -40,8 +40,8 @@ class _EvalGroup(click.Group):
 @click.group("eval", cls=_EvalGroup, context_settings=CONTEXT)
 def eval_group() -> None:
     """Evaluate a model or a run on the held-out split (`hargo eval MODEL_OR_RUN_DIR`, see
-    `hargo eval model --help`); score a predictions file; WinRate of one system against
-    another."""
+    `hargo eval model --help`); compare two evaluations, paired; score a predictions file;
+    WinRate of one system against another."""
 
 
 @eval_group.command("model", context_settings=CONTEXT)
@@ -102,6 +102,34 @@ def model(target: str, task_names: str, split: str, limit: int | None, baseline:
     click.echo(json.dumps(metrics) if as_json else format_table(metrics), nl=as_json)
     if not as_json:
         click.echo(f"wrote {evaluated.out}/metrics.json, table.md, predictions/")
+
+
+@eval_group.command("compare", context_settings=CONTEXT)
+@click.argument("eval_a", metavar="A")
+@click.argument("eval_b", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as one JSON object.")
+def compare(eval_a: str, eval_b: str, as_json: bool) -> None:
+    """B − A of every share and mean, paired on the same examples, with its 95 % interval:
+    A and B are two evaluations (`hargo eval`'s output directories, or run directories) of
+    the same held-out examples, e.g. two methods of one sweep. A change whose interval
+    excludes 0 is marked *."""
+    from hargo_hpc.eval.evaluate import EvalError
+    from hargo_hpc.eval.paired_runs import compare_evaluations
+
+    try:
+        found = compare_evaluations(Path(eval_a), Path(eval_b))
+    except EvalError as err:
+        raise UsageFailure(str(err)) from None
+    if as_json:
+        click.echo(json.dumps({task: {k: v.to_json() for k, v in keys.items()}
+                               for task, keys in found.items()}))
+        return
+    click.echo(f"B − A, paired: A = {eval_a}, B = {eval_b}")
+    for task, keys in found.items():
+        for key, change in keys.items():
+            mark = " *" if change.excludes_zero() else ""
+            click.echo(f"  {task:<18} {key:<16} {change.value:+.4f} "
+                       f"[{change.low:+.4f}, {change.high:+.4f}] (n={change.n}){mark}")
 
 
 @eval_group.command("score", context_settings=CONTEXT)

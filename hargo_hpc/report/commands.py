@@ -32,17 +32,22 @@ MARKDOWN, JSON, PAGE = "report.md", "report.json", "report.html"
 TITLE = "hargo report"
 
 
-def markdown_file(table: MethodTable, images: list[Path], when: datetime.datetime) -> str:
-    """report.md: title and date, the table with its notes, the column legend, the plots."""
+def markdown_file(table: MethodTable, images: list[Path], when: datetime.datetime,
+                  against: str = "") -> str:
+    """report.md: title and date, the table with its notes, the methods against the
+    reference method, the column legend, the plots."""
     plots = "".join(f"![{p.name}]({p.name})\n" for p in images)
     return (f"# {TITLE}\n\n{when:%Y-%m-%d %H:%M %Z}, {len(table.rows)} runs\n\n"
-            f"{to_markdown(table)}\n## Columns\n\n{legend_markdown(table.columns)}"
+            f"{to_markdown(table)}\n" + (f"{against}\n" if against else "")
+            + f"## Columns\n\n{legend_markdown(table.columns)}"
             + (f"\n## Plots\n\n{plots}" if plots else ""))
 
 
-def write_report(run_dirs: list[str], out: Path) -> tuple[MethodTable, list[Path]]:
+def write_report(run_dirs: list[str], out: Path, against: str | None = None
+                 ) -> tuple[MethodTable, list[Path]]:
     """Read the runs, write every file of the report into `out`; return the table (its notes
     include the plots' skips) and the files written."""
+    from hargo_hpc.report.differences import differences, differences_markdown
     from hargo_hpc.report.page import render_page
     from hargo_hpc.report.plots import DESCRIPTIONS, PLOT_FILES, plot_notes, write_plots
 
@@ -52,13 +57,14 @@ def write_report(run_dirs: list[str], out: Path) -> tuple[MethodTable, list[Path
         raise UsageFailure(str(err)) from None
     table = method_table(runs)
     table = table._replace(notes=[*table.notes, *plot_notes(runs)])
+    paired = differences_markdown(*differences(runs, against))
     when = datetime.datetime.now().astimezone()
     try:
         out.mkdir(parents=True, exist_ok=True)
         images = write_plots(runs, out)
         for stale in set(PLOT_FILES) - {p.name for p in images}:
             unlink_quietly(out / stale)
-        write_atomic(out / MARKDOWN, markdown_file(table, images, when))
+        write_atomic(out / MARKDOWN, markdown_file(table, images, when, paired))
         write_atomic(out / JSON, to_json(table))
         write_atomic(out / PAGE, render_page(table, images, title=TITLE,
                                              captions=DESCRIPTIONS, when=when))
@@ -75,7 +81,12 @@ def write_report(run_dirs: list[str], out: Path) -> tuple[MethodTable, list[Path
 @click.option("--json", "as_json", is_flag=True,
               help="print the table as one JSON object (with the files written) instead of "
                    "markdown")
-def report(run_dirs: tuple[str, ...], output: str, as_json: bool) -> None:
+@click.option("--against", default=None, metavar="METHOD",
+              help="compare every run with this method's run of the same seed, paired on "
+                   "the same examples (default: grpo, when the runs hold it and another "
+                   "method)")
+def report(run_dirs: tuple[str, ...], output: str, as_json: bool, against: str | None
+           ) -> None:
     """The method table of the runs in RUN_DIR... and their training curves.
 
     A RUN_DIR is a run directory (config.toml, metrics.jsonl, eval/metrics.json) or a sweep's
@@ -94,11 +105,14 @@ def report(run_dirs: tuple[str, ...], output: str, as_json: bool) -> None:
       GEMM best of ref. (%)  GEMM: that speed as a share of the in-run reference DGEMM
       last reward            the mean reward of the last training step (metrics.jsonl)
 
+    Each cell is the value and its 95 % interval over the evaluated examples; a second table
+    gives each run's paired change against its baseline, and report.md a third, each run
+    against the `--against` method of its seed; bold where the interval excludes 0.
     A missing value is "—" (null in JSON); the notes below the table say which runs lack
     which task or evaluation. Plots (one line per run): reward, HARGO weight share and
     completion length per task over steps; GEMM GFLOPS over steps by SQD stage.
     """
-    table, files = write_report(list(run_dirs), Path(output))
+    table, files = write_report(list(run_dirs), Path(output), against)
     if as_json:
         click.echo(json.dumps({**to_dict(table), "files": [str(f) for f in files]}, indent=1,
                               ensure_ascii=False))

@@ -210,6 +210,15 @@ class PlpQA(_QATask):
         answers = [extract_answer(c) for c in completions]
         return self._similarity(answers, [e.output for e in examples])
 
+    def remember_rewards(self, examples: Sequence[Example], completions: Sequence[str],
+                         rewards: Sequence[float]) -> None:
+        """Keep rewards computed before (an evaluation's predictions file) as the similarity
+        of their (answer, reference) pairs: the reward is that similarity, so the metrics of
+        those completions need no embedding model."""
+        memory: dict[tuple[str, str], float] = self.__dict__.setdefault("_scores", {})
+        for example, completion, reward in zip(examples, completions, rewards, strict=True):
+            memory[(extract_answer(completion), example.output)] = float(reward)
+
     def answer_scores(self, examples: Sequence[Example], answers: Sequence[str]) -> list[float]:
         """The reward's similarity of each answer (the auto WinRate judge's score)."""
         return self.reward(examples, answers)
