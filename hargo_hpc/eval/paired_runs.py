@@ -36,7 +36,7 @@ def read_predictions(file: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _plan_and_answers(task: Task, rows: list[dict[str, Any]]) -> tuple[TaskPlan, Answers]:
+def plan_and_answers(task: Task, rows: list[dict[str, Any]]) -> tuple[TaskPlan, Answers]:
     samples = 1 + max(int(r.get("sample", 0)) for r in rows)
     firsts = rows[::samples]
     examples = []
@@ -72,8 +72,8 @@ def compare_evaluations(a: Path, b: Path, *, seed: int = 0) -> dict[str, dict[st
             raise EvalError(f"{files[0]} and {files[1]} answer other examples (or in another "
                             "order): a paired comparison needs the same ones")
         task = get_task(name)
-        plan, answers_a = _plan_and_answers(task, rows_a)
-        _, answers_b = _plan_and_answers(task, rows_b)
+        plan, answers_a = plan_and_answers(task, rows_a)
+        _, answers_b = plan_and_answers(task, rows_b)
         of_a, of_b = unit_metrics(task, plan, answers_a), unit_metrics(task, plan, answers_b)
         n = len(plan.examples)
         keys = interval_keys(dict(of_a(list(range(n)))))
