@@ -60,9 +60,13 @@ max_staleness = {staleness}
 lr = 1e-5
 steps = {steps}
 micro_batch_size = {args.generations}
-sft_steps = {args.sft_steps if name == "sft" else 0}
 save_every = 0
 log_every = 1000
+
+[sft]
+steps = {args.sft_steps if name == "sft" else 0}
+lr = 1e-5
+check_examples = 0
 
 [handoff]
 local_workers = {args.workers}

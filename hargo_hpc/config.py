@@ -34,7 +34,7 @@ from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd import SqdSettings
 from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
 from hargo_hpc.tasks.settings import RewardSettings
-from hargo_hpc.train.settings import ModelSection, RolloutSection, TrainingSection
+from hargo_hpc.train.settings import ModelSection, RolloutSection, SftSection, TrainingSection
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
 RESOLVED_NAME = RunLayout.CONFIG
@@ -115,6 +115,10 @@ def generation_budget(spec: TaskSpec, rollout: RolloutSection) -> Budget:
 class DataSection(_Section):
     tasks: list[TaskSpec] = Field(default_factory=lambda: [TaskSpec(name="data_race_c")])
     eval_fraction: float = Field(0.1, ge=0, lt=1)
+    split_seed: int | None = Field(
+        None, description="the seed of the train/eval split; unset = run.seed (a seed sweep "
+        "that should share its held-out examples, and so one baseline evaluation, sets it)",
+    )
     prompt_format: Literal[PROMPT_FORMATS] = Field(  # type: ignore[valid-type]
         "auto", description="alpaca (HPC-GPT's), chat (the tokenizer's template), auto = chat "
         "when the tokenizer has one",
@@ -209,6 +213,7 @@ class ExperimentConfig(_Section):
     algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
+    sft: SftSection = Field(default_factory=SftSection)
     rewards: RewardSettings = Field(default_factory=RewardSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     handoff: HandoffSettings = Field(default_factory=HandoffSettings)
@@ -220,6 +225,10 @@ class ExperimentConfig(_Section):
         description="values per config key ('algorithm.name' = ['grpo', 'hargo']); hargo "
         "submit trains every combination (`expand_sweep`)",
     )
+
+    def split_seed(self) -> int:
+        """The seed of the train/eval split: `data.split_seed`, else `run.seed`."""
+        return self.run.seed if self.data.split_seed is None else self.data.split_seed
 
     def run_dir(self) -> Path:
         """The directory of this run: `<run.dir>/<run.name>`."""
@@ -266,6 +275,10 @@ def load_config(
     for item in overrides:
         _apply_override(raw, item, source)
     return validate_config(raw, source)
+
+
+# Keys an older job file may still use, and where they are now.
+MOVED_KEYS = {"training.sft_steps": "sft.steps"}
 
 
 def validate_config(raw: dict[str, Any], source: str = "<config>") -> ExperimentConfig:
@@ -315,6 +328,9 @@ def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
         if kind == "leaf":
             raise ConfigError(f"{source}: override {key}: {here} has no sub-keys")
         fields = kind.model_fields
+        if key.split("=", 1)[0] in MOVED_KEYS:
+            raise ConfigError(f"{source}: override {key}: {key.split('=', 1)[0]!r} is now "
+                              f"{MOVED_KEYS[key.split('=', 1)[0]]!r}")
         if part not in fields:
             raise ConfigError(
                 f"{source}: override {key}: unknown key {part!r} in {here} "
@@ -360,6 +376,8 @@ def _one_line(err: ValidationError, source: str) -> str:
     more = len(err.errors()) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     if first["type"] == "extra_forbidden":
+        if field in MOVED_KEYS:
+            return f"{source}: {field!r} is now {MOVED_KEYS[field]!r}{suffix}"
         allowed = _allowed_keys(first["loc"][:-1])
         hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
         return f"{source}: unknown key {field!r}{hint}{suffix}"

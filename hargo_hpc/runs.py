@@ -17,7 +17,7 @@ it on a login node; `config` itself does).
   eval/                     hargo eval's outputs: metrics.json, table.md, predictions/
   baseline-answers/         answers of this run's export as another run's baseline, kept for
                             every evaluation that shares them (eval.baseline_answers)
-  sft/                      the SFT warm start (training.sft_steps) or `hargo sft`: a run
+  sft/                      the SFT warm start (sft.steps) or `hargo sft`: a run
                             directory of the same layout (config.toml, metrics.jsonl, export/,
                             finished.json)
 ```

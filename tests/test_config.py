@@ -96,6 +96,8 @@ def test_parse_value() -> None:
         ("[data]\ntasks = []\n", [], "data: bad value"),
         ("[slurm.bench]\ntime = '1 hour'\n", [], "slurm.bench.time: bad value '1 hour'"),
         ("", ["training.lrr=1"], "override training.lrr: unknown key 'lrr' in training"),
+        ("[training]\nsft_steps = 3\n", [], "'training.sft_steps' is now 'sft.steps'"),
+        ("", ["training.sft_steps=3"], "'training.sft_steps' is now 'sft.steps'"),
         ("", ["nosection.x=1"], "override nosection.x: unknown key 'nosection' in top level"),
         ("", ["training.lr"], "override 'training.lr' is not of the form section.key=value"),
         ("", ["training.lr=-1"], "training.lr: bad value -1: Input should be greater than 0"),

@@ -62,7 +62,7 @@ def answers_key(model: str, config: ExperimentConfig, plans: dict[str, TaskPlan]
     path = Path(model).resolve()
     remote = any(task_class(name).remote for name in plans)
     data = {"model": str(path), "files": fingerprint(path),
-            "prompt_format": config.data.prompt_format, "seed": config.run.seed,
+            "prompt_format": config.data.prompt_format, "seed": config.split_seed(),
             "split": split, "rewards": config.rewards.model_dump(mode="json"),
             "bench": config.bench.model_dump(mode="json") if remote else None,
             "tasks": {name: {"ids": [e.id for e in plan.examples],

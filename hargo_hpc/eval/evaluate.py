@@ -4,7 +4,7 @@ What is evaluated (`resolve_target`):
 
 - a **run directory** (it holds the trainer's `config.toml`): its HF export (`export/`, or
   `sft/export/` for an SFT-only run), on the tasks and data of its config, the held-out split
-  of its `data.eval_fraction` and `run.seed` (the examples training never drew), scored with
+  of its `data.eval_fraction` and split seed (the examples training never drew), scored with
   its reward settings; GEMM through its handoff and the bench like training. The baseline for
   WinRate is the model the run started from (`model.path`: the SFT export when the run was
   warm-started by `hargo submit`'s SFT job). Outputs go to `<run dir>/eval/`.
@@ -235,7 +235,7 @@ def eval_examples(config: ExperimentConfig, split: str, limit: int | None,
         loaded = load_tasks(config.data.tasks, config.rewards, log=log)
         everything = [e for examples in loaded.values() for e in examples]
         train, held_out = split_examples(everything, config.data.eval_fractions(),
-                                         config.run.seed)
+                                         config.split_seed())
     except (DataError, ValueError) as err:
         raise EvalError(str(err)) from None
     chosen = {"eval": held_out, "train": train, "all": everything}[split]
@@ -298,7 +298,7 @@ class Answerer:
         except ValueError as err:
             raise EvalError(f"{model_path}: {err}") from None
         self.name, self.batch_size, self.log = model_path, batch_size, log
-        self.seed = config.run.seed
+        self.seed = config.split_seed()
         self.backend = HFGenerateBackend(model, self.tokenizer)
 
     def __call__(self, tasks: dict[str, Task], plans: dict[str, TaskPlan]
@@ -478,10 +478,11 @@ def answer(model: str, target: Target, tasks: dict[str, Task], plans: dict[str, 
 def evaluate(target: Target, *, split: str = "eval", limit: int | None = None,
              baseline: str | None = None, judge: str = "auto", sample: bool = False,
              batch_size: int = 8, local_workers: int | None = None,
-             log: Log = print) -> dict[str, Any]:
+             handoff_dir: Path | None = None, log: Log = print) -> dict[str, Any]:
     """Answer, score, compare with the baseline (None: `target.baseline`; '' none) and write
     the outputs (`write_outputs`); returns metrics.json's content. `local_workers` (None: the
-    config's handoff.local_workers) bench workers are started for GEMM. The baseline's
+    config's handoff.local_workers) bench workers are started for GEMM, on `handoff_dir`
+    (None: the run's handoff, or `<out>/handoff` for a bare model). The baseline's
     answers come from its cache when another evaluation computed them
     (`baseline_answers.cached_answers`)."""
     from hargo_hpc.eval.baseline_answers import cached_answers
@@ -489,7 +490,9 @@ def evaluate(target: Target, *, split: str = "eval", limit: int | None = None,
     config = target.config
     tasks, examples = eval_examples(config, split, limit, log)
     plans = plan_tasks(config, examples, sample=sample)
-    handoff_dir = config.handoff_dir() if target.run_dir is not None else target.out / "handoff"
+    if handoff_dir is None:
+        handoff_dir = (config.handoff_dir() if target.run_dir is not None
+                       else target.out / "handoff")
     workers = config.handoff.local_workers if local_workers is None else local_workers
     if target.run_dir is None and local_workers is None:
         workers = max(workers, 1)  # a bare model has no submission's bench array
@@ -503,11 +506,11 @@ def evaluate(target: Target, *, split: str = "eval", limit: int | None = None,
             base_model, config, plans, split=split, log=log,
             compute=lambda: answer(base_model, target, tasks, plans, step=BASELINE_STEP,
                                    **common))
-    seed = config.run.seed
+    seed = config.split_seed()  # the bootstrap's, as the split's and the sampling's
     metrics: dict[str, Any] = {
         "format": FORMAT, "model": target.model,
         "run_dir": None if target.run_dir is None else str(target.run_dir),
-        "method": target.method, "seed": seed, "split": split,
+        "method": target.method, "seed": config.run.seed, "split": split,
         "baseline": base_model or None,
         "decoding": {name: plan.decoding() for name, plan in plans.items()},
         "tasks": score(tasks, plans, ours, theirs, seed=seed),

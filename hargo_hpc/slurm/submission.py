@@ -3,9 +3,9 @@
 `plan_submission(config)` turns one experiment (and its `[sweep]`) into the runs and jobs of one
 submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
 
-    sft     `hargo sft` array on [slurm.train], one task per run, when training.sft_steps > 0:
+    sft     `hargo sft` array on [slurm.train], one task per run, when sft.steps > 0:
             the warm start as its own job; each run's training then starts from its export
-            (model.path = <run>/sft/export, sft_steps 0: nothing is trained twice, and a
+            (model.path = <run>/sft/export, sft.steps 0: nothing is trained twice, and a
             requeued training does not redo the SFT). Sweep points whose SFT inputs are equal
             (they differ only in sections SFT does not read, e.g. the method) share one SFT
             task in <root>/sft/: every method starts from the same checkpoint
@@ -77,7 +77,7 @@ class PlannedRun:
     config: ExperimentConfig
     overrides: dict[str, Any]
     config_file: Path  # where its resolved config is written and read by the jobs
-    sft_config: ExperimentConfig | None = None  # the SFT job's, when training.sft_steps > 0
+    sft_config: ExperimentConfig | None = None  # the SFT job's, when sft.steps > 0
     sft_config_file: Path | None = None
 
     @property
@@ -162,21 +162,21 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                 else config_dir.absolute() / (label or config.run.name))
         run = PlannedRun(index, label, point.model_copy(update=update), overrides,
                          Path(f"{stem}.toml"))  # (a label may hold dots: no with_suffix)
-        if point.training.sft_steps:  # its own job first; RL then starts from its export
+        if point.sft.steps:  # its own job first; RL then starts from its export
             run.sft_config, run.sft_config_file = run.config, Path(f"{stem}.sft.toml")
             run.config = run.config.model_copy(update={
                 "model": run.config.model.model_copy(update={
                     "path": str(RunLayout(run_dir).sft.export)}),
-                "training": run.config.training.model_copy(update={"sft_steps": 0})})
+                "sft": run.config.sft.model_copy(update={"steps": 0})})
         runs.append(run)
-    if len(runs) > 1 and config.training.sft_steps and len(
+    if len(runs) > 1 and config.sft.steps and len(
             {_sft_inputs(r.sft_config) for r in runs if r.sft_config is not None}) == 1:
         _share_sft(runs, root, config_dir)
     py = python or config.slurm.python
     hargo = [py, "-m", "hargo_hpc"]
     slurm = config.slurm
     jobs = []
-    if config.training.sft_steps:
+    if config.sft.steps:
         jobs.append(PlannedJob("sft", "sft.sh.j2", slurm.train,
                                [[*hargo, "sft", str(r.sft_config_file), "--if-needed"]
                                 for r in runs if r.sft_config_file is not None],
@@ -185,7 +185,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                            [[*hargo, "train", str(r.config_file)] for r in runs],
                            to_steps=True, requeue=True,
                            variables={"max_requeues": MAX_REQUEUES},
-                           after=[("afterok", "sft")] if config.training.sft_steps else []))
+                           after=[("afterok", "sft")] if config.sft.steps else []))
     if handoff_dir is not None:
         worker = [*hargo, "worker", "--handoff", str(handoff_dir), "--config",
                   str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",

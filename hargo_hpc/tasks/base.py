@@ -62,6 +62,7 @@ class Task(ABC):
     # whose data has no reference answers (GEMM: tasks.corpus.sft_examples); '' = the answers
     sft_corpus: ClassVar[str] = ""
     headline: ClassVar[tuple[str, ...]] = ()  # the metrics an evaluation table shows first
+    form: ClassVar[tuple[str, ...]] = ()  # the metrics that say answers are in form (hargo sft)
     # generation budget: tokens a completion may take (None = rollout.max_new_tokens) and stop
     # strings of its own (config.generation_budget; a TaskSpec may set either)
     max_new_tokens: ClassVar[int | None] = None

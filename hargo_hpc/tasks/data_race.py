@@ -81,6 +81,7 @@ class DataRace(Task):
     """Data race detection in one language; the reference is `yes` or `no`."""
 
     headline = ("f1", "adjusted_f1", "accuracy", "support_rate")
+    form = ("support_rate",)  # the answer parses as yes or no
     max_new_tokens = 8  # "yes" or "no" and the end of the turn
     stop = ("\n###",)  # an Alpaca model going on to a new section
     eval_examples = 200

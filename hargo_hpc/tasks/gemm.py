@@ -137,6 +137,7 @@ class Gemm(Task):
     staged = True
     sft_corpus = "hargo_hpc.tasks.corpus:sft_examples"
     headline = ("ok_share", "reward_mean", "gflops_max", "ratio_max")
+    form = ("compiled_share", "ok_share")  # a kernel that compiles (and passes)
     eval_samples = 4  # sampled kernels per held-out problem (a greedy one says little)
 
     @classmethod
@@ -227,7 +228,9 @@ class Gemm(Task):
         bench returned for the completions, one per example, in order).
 
         n: records; scored: records that are not infra_error; ok_share = ok / scored (None when
-        nothing was scored); gflops_mean, gflops_max: mean and max of the median GFLOPS
+        nothing was scored); compiled_share = (scored − format_violation − compile_error) /
+        scored, the kernels that got past extraction, validation and the compiler (the form a
+        warm start must teach); gflops_mean, gflops_max: mean and max of the median GFLOPS
         (`gflops.median`) of ok runs that are not `suspicious`; ratio_mean: mean of their
         `ratio` (the speed over the in-run reference, median of per-pair ratios: bench.reward);
         reward_mean: mean reward of the scored records; suspicious: ok runs flagged so;
@@ -272,6 +275,8 @@ class Gemm(Task):
             "n": len(predictions),
             "scored": scored,
             "ok_share": statuses["ok"] / scored if scored else None,
+            "compiled_share": (scored - statuses["format_violation"]
+                               - statuses["compile_error"]) / scored if scored else None,
             "gflops_mean": sum(gflops) / len(gflops) if gflops else None,
             "gflops_max": max(gflops) if gflops else None,
             "ratio_mean": sum(ratios) / len(ratios) if ratios else None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -117,7 +118,7 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
               "job); without it such a directory is refused")
 def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
     """Supervised fine-tuning of JOB's model on its tasks' reference answers (GEMM: the SFT
-    corpus) for training.sft_steps steps, into <run dir>/sft/ (metrics.jsonl, export/).
+    corpus) for sft.steps steps at sft.lr, into <run dir>/sft/ (metrics.jsonl, export/).
     Start RL from it with model.path=<run dir>/sft/export."""
     cfg = _config(job, overrides)
     from hargo_hpc.train import loop
@@ -127,7 +128,7 @@ def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
         click.echo(f"{finished.parent}: SFT finished already; nothing to do")
         return
 
-    steps = cfg.training.sft_steps
+    steps = cfg.sft.steps
     try:
         with _quiet_stdout() as echo:
             result = loop.sft_run(cfg, log=_log, on_step=lambda r: echo(
@@ -139,3 +140,23 @@ def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
     click.echo(f"export: {result.export}")
     if result.interrupted:
         sys.exit(loop.EXIT_REQUEUE)
+    from hargo_hpc.train.backend import distributed
+
+    if cfg.sft.check_examples and distributed.detect().is_main:  # one rank checks
+        _check_form(result.run_dir, cfg.sft.check_examples)
+
+
+def _check_form(sft_dir: Path, examples: int) -> None:
+    """The form figures after SFT (`eval.form_check`), one line per task and metric."""
+    from hargo_hpc.eval.evaluate import EvalError
+    from hargo_hpc.eval.form_check import check_form, form_lines
+
+    click.echo(f"form check: at most {examples} held-out examples per task, the SFT model "
+               "against its start (sft.check_examples)")
+    try:
+        metrics = check_form(sft_dir, examples, log=_log)
+    except EvalError as err:
+        click.echo(f"form check skipped: {err}")
+        return
+    for line in form_lines(metrics):
+        click.echo(line)

@@ -7,7 +7,7 @@ works on t's rewards while t+1 is generated (docs/training.md, "Overlapping rewa
 
 Around the steps `train` validates the config (one-line `TrainError`), claims the run directory
 (a finished run is refused without `resume`; a resume must have the same config hash), loads
-data, models and the engine (`train.setup`), runs the SFT warm start (`training.sft_steps`,
+data, models and the engine (`train.setup`), runs the SFT warm start (`sft.steps` at `sft.lr`,
 `train.sft_run`), and writes metrics, rollouts, checkpoints (every `save_every` steps, at the
 end, and on SIGUSR1/SIGTERM, after which it returns `interrupted`: the CLI exits with
 `EXIT_REQUEUE`) and the HF export. docs/training.md has the layout of the run directory and
@@ -17,6 +17,7 @@ every metric.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ import torch
 
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import make_weighting
-from hargo_hpc.config import ExperimentConfig, save_resolved
+from hargo_hpc.config import ExperimentConfig, generation_budget, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.split import MixtureSampler
@@ -110,8 +111,8 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     writing = (m.MetricsWriter(paths.metrics, paths.tensorboard) if main
                else contextlib.nullcontext(DiscardWriter()))
     with workers or contextlib.nullcontext(), StopSignals() as stop, writing as writer:
-        if state.step == 0 and t.sft_steps:
-            warm_start(ctx, data, paths.sft.metrics, t.sft_steps, stop, log)
+        if state.step == 0 and config.sft.steps:
+            warm_start(ctx, data, paths.sft.metrics, config.sft.steps, stop, log)
             if stop.requested:
                 return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
         in_flight = _in_flight(ctx, state, data, checkpoint)  # max_staleness 1: the next step
@@ -169,8 +170,8 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     opt_steps = micro_batches // accum
     if env.is_main:
         save_resolved(config, paths.root)
-    engine = build_run_engine(config, policy, accum,
-                              t.sft_steps + t.steps * t.num_iterations * opt_steps, paths.root)
+    engine = build_run_engine(config, policy, accum, t.steps * t.num_iterations * opt_steps,
+                              paths.root, sft_steps=config.sft.steps)
     if reference is not None:
         reference.to(engine.device)
     if env.world_size > 1:  # each rank samples its own completions (weights are loaded already)
@@ -188,7 +189,7 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
         state.restore(ckpt.TrainerState.from_dict(saved), checkpoint)
     if env.is_main:
         m.truncate_after(paths.metrics, state.step)
-        if state.step == 0 and t.sft_steps:  # the warm start logs afresh (not `hargo sft`'s)
+        if state.step == 0 and config.sft.steps:  # the warm start logs afresh (not `hargo sft`'s)
             m.truncate_after(paths.sft.metrics, 0)
         if state.sqd is not None:
             state.sqd.truncate_after(state.step)
@@ -199,14 +200,19 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
         data.tasks, handoff_dir=handoff_dir, log=log, progress=progress,
         handoff_settings=config.handoff, liveness=None if workers is None else workers.check,
     ) if env.is_main else None
+    sampling = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                              top_p=r.top_p, stop=tuple(r.stop))
+    budgets = {spec.name: dataclasses.replace(sampling, max_new_tokens=budget.max_new_tokens,
+                                              stop=budget.stop)
+               for spec in config.data.tasks
+               for budget in [generation_budget(spec, r)]}
     ctx = RunContext(
         config=config, algorithm=algorithm, engine=engine, tokenizer=tokenizer,
         reference=reference,
         backend=HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
                                   synced_gpus=False),
         router=router, tasks=data.tasks, prompt_format=prompt_format,
-        sampling=SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                                top_p=r.top_p, stop=tuple(r.stop)),
+        sampling=sampling, budgets=budgets,
         accum=accum, opt_steps=opt_steps, logprob_micro=r.logprob_micro_batch or t.micro_batch_size,
         needs_old=(t.num_iterations > 1 or opt_steps > 1 or r.max_staleness > 0
                    or (algorithm.kl_in_reward and algorithm.kl_coef > 0)),

@@ -76,11 +76,17 @@ class RunContext:
     tasks: dict[str, Task]
     prompt_format: str
     sampling: SamplingParams
+    budgets: dict[str, SamplingParams] = field(default_factory=dict)
     accum: int
     opt_steps: int
     logprob_micro: int
     needs_old: bool
     prompts: dict[str, str] = field(default_factory=dict)
+
+    def sampling_of(self, example: Example) -> SamplingParams:
+        """How `example`'s completions are sampled: `sampling` within its task's generation
+        budget (`config.generation_budget`: max_new_tokens and stop strings)."""
+        return self.budgets.get(example.task, self.sampling)
 
     def user_text(self, example: Example) -> str:
         return self.tasks[example.task].user_text(example)

@@ -86,7 +86,6 @@ class TrainingSection(_Section):
         "constant", description="LR after warmup: constant, or cosine decay to min_lr_ratio"
     )
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: final lr / peak lr")
-    sft_steps: int = Field(0, ge=0, description="SFT warm-start steps before RL")
     offload_optimizer: bool = Field(False, description="ZeRO optimizer state in host memory")
     deepspeed_config: str = Field(
         "", description="a DeepSpeed JSON file used instead of the generated one; '' = generated"
@@ -94,6 +93,24 @@ class TrainingSection(_Section):
     log_every: int = Field(1, ge=1, description="print a progress line every this many steps")
     save_every: int = Field(0, ge=0, description="checkpoint every this many steps; 0 = only at "
                             "the end")
+
+
+class SftSection(_Section):
+    """The SFT warm start: `hargo sft` (the submission's SFT job) and, in `hargo train`, the
+    steps before RL. It has its own learning rate: the RL rate is usually far too small to
+    teach a model the answer form in a few dozen steps (issue Q: SmolLM2 learnt it in 40 steps
+    at 3e-5; the tiny model its kernels in 300 at 3e-3)."""
+
+    steps: int = Field(0, ge=0, description="SFT optimizer steps (0 = no warm start)")
+    lr: float = Field(
+        3e-5, gt=0, description="SFT learning rate, constant (training.lr is RL's); what "
+        "suits a model: docs/training.md, 'Warm start'",
+    )
+    check_examples: int = Field(
+        40, ge=0, description="after `hargo sft`, this many held-out examples per task are "
+        "answered by the SFT model and by model.path, and the form figures printed (yes/no "
+        "support, answer lengths, GEMM kernels compiled and ok) with intervals; 0 = no check",
+    )
 
 
 def rows_per_step(rollout: RolloutSection) -> int:

@@ -91,7 +91,7 @@ def load_data(config: ExperimentConfig, log: Log) -> Data:
         loaded = load_tasks(config.data.tasks, config.rewards, log=log)
         tasks = {name: get_task(name, config.rewards) for name in loaded}
         everything = [e for examples in loaded.values() for e in examples]
-        train, _ = split_examples(everything, config.data.eval_fractions(), config.run.seed)
+        train, _ = split_examples(everything, config.data.eval_fractions(), config.split_seed())
     except (DataError, ValueError) as err:
         raise TrainError(str(err)) from None
     by_task = {name: [e for e in train if e.task == name] for name in loaded}
@@ -139,17 +139,23 @@ def load_models(config: ExperimentConfig, needs_reference: bool
 
 
 def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_steps: int,
-                     run_dir: Path | None) -> Any:
+                     run_dir: Path | None, *, sft_steps: int = 0, sft_only: bool = False
+                     ) -> Any:
+    """The run's engine: `sft_steps` optimizer steps at sft.lr, then `total_steps` on
+    training's schedule; `sft_only` (`hargo sft`): every step at sft.lr, constant."""
     from hargo_hpc.train.backend.engine import EngineError, build_engine
 
     t = config.training
+    schedule: dict[str, Any] = (
+        {"lr": config.sft.lr, "warmup_steps": 0, "lr_schedule": "constant"} if sft_only else
+        {"lr": t.lr, "warmup_steps": t.warmup_steps, "lr_schedule": t.lr_schedule,
+         "sft_steps": sft_steps, "sft_lr": config.sft.lr})
     try:
         return build_engine(
-            policy, zero_stage=t.zero_stage, precision=t.precision, lr=t.lr,
+            policy, zero_stage=t.zero_stage, precision=t.precision,
             weight_decay=t.weight_decay, grad_clip=t.grad_clip, grad_accum=accum,
-            micro_batch_size=t.micro_batch_size, warmup_steps=t.warmup_steps,
-            total_steps=total_steps, offload_optimizer=t.offload_optimizer,
-            lr_schedule=t.lr_schedule, min_lr_ratio=t.min_lr_ratio,
+            micro_batch_size=t.micro_batch_size, total_steps=total_steps,
+            offload_optimizer=t.offload_optimizer, min_lr_ratio=t.min_lr_ratio, **schedule,
             user_config=Path(t.deepspeed_config) if t.deepspeed_config else None,
             run_dir=run_dir,
         )

@@ -1,4 +1,4 @@
-"""The SFT warm start before RL (`training.sft_steps`) and `hargo sft` (`sft_run`): SFT steps
+"""The SFT warm start before RL (`sft.steps` at `sft.lr`) and `hargo sft` (`sft_run`): SFT steps
 on the tasks' reference answers and GEMM's corpus (the batches and the loss: `train.sft`).
 """
 
@@ -62,7 +62,8 @@ def sft_data(data: Data) -> list[SftItem]:
 
 def warm_start(ctx: RunContext, data: Data, path: Path, steps: int, stop: StopSignals,
                log: Log) -> None:
-    """`steps` SFT optimizer steps (training.sft_steps) before RL, logged to `path`."""
+    """`steps` SFT optimizer steps (sft.steps) before RL, logged to `path`; the engine's
+    schedule runs them at sft.lr (`build_run_engine`)."""
     sft_loop(ctx.engine, ctx.tokenizer, ctx.prompt_format, sft_data(data),
              seed=ctx.config.run.seed, steps=steps, accum=ctx.accum,
              micro_batch_size=ctx.config.training.micro_batch_size,
@@ -102,12 +103,11 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
 
 def sft_run(config: ExperimentConfig, *, log: Log = print,
             on_step: Callable[[dict[str, Any]], object] | None = None) -> TrainResult:
-    """`hargo sft`: training.sft_steps SFT steps from model.path into `<run dir>/sft/`
+    """`hargo sft`: sft.steps SFT steps at sft.lr from model.path into `<run dir>/sft/`
     (metrics.jsonl, config.toml, the HF export in export/). Under several ranks every rank
     calls it (the process group as in `train`)."""
-    t = config.training
-    if t.sft_steps < 1:
-        raise TrainError("training.sft_steps is 0: set it to the number of SFT steps")
+    if config.sft.steps < 1:
+        raise TrainError("sft.steps is 0: set it to the number of SFT steps")
     env = distributed.detect()
     try:
         accum = check_batch_shape(config.rollout, config.training, env.world_size)
@@ -140,10 +140,10 @@ def _sft_run(config: ExperimentConfig, accum: int, *, log: Log,
     main = distributed.is_main()
     if main:
         save_resolved(config, paths.root)
-    engine = build_run_engine(config, policy, accum, t.sft_steps, paths.root)
+    engine = build_run_engine(config, policy, accum, config.sft.steps, paths.root, sft_only=True)
     with StopSignals() as stop:
         sft_loop(engine, tokenizer, prompt_format, items, seed=config.run.seed,
-                 steps=t.sft_steps, accum=accum, micro_batch_size=t.micro_batch_size,
+                 steps=config.sft.steps, accum=accum, micro_batch_size=t.micro_batch_size,
                  max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics,
                  stop=stop, on_step=on_step)
     export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))

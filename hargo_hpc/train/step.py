@@ -83,7 +83,9 @@ def start_step(ctx: RunContext, state: LoopState, step: int) -> Rollout:
         stages = [state.stage_of(e) for e in everything]
         prompts = [ctx.prompt_of(e, stage) for e, stage in zip(everything, stages, strict=True)]
         share = len(everything) // world
-        gen = ctx.backend.generate(prompts[rank * share:(rank + 1) * share], G, ctx.sampling)
+        mine = slice(rank * share, (rank + 1) * share)
+        gen = ctx.backend.generate(prompts[mine], G,
+                                   [ctx.sampling_of(e) for e in everything[mine]])
     texts = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
     with timer("old_log_prob"):
         old = policy_logprobs(ctx, ctx.engine.module, gen) if ctx.needs_old else None

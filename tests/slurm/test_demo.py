@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.py"
 # the same graph as `make demo`, sized for CI: the tiny model, one SFT and two RL steps
-SMALL = ["model.path=tiny", "training.sft_steps=1", "training.steps=2",
+SMALL = ["model.path=tiny", "sft.steps=1", "training.steps=2",
          "rollout.max_new_tokens=24", "eval.max_examples=1", "slurm.train.mem=2G",
          "slurm.bench.mem=2G", "slurm.eval.mem=2G", "handoff.worker_max_idle_s=300"]
 

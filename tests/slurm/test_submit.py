@@ -437,7 +437,7 @@ def test_an_array_larger_than_max_array_size_goes_out_in_parts(
 def test_the_sft_warm_start_is_its_own_job_and_training_starts_from_its_export(
         slurm_cluster: dict[str, str], tmp_path: Path) -> None:
     args = [str(TINY), f"run.dir={tmp_path}", *SMALL, "training.steps=1",
-            "training.sft_steps=2"]
+            "sft.steps=2"]
     done = invoke("submit", *args, "--wait")
     assert done.exit_code == 0, done.stderr
     root = tmp_path / "tiny"
@@ -446,8 +446,8 @@ def test_the_sft_warm_start_is_its_own_job_and_training_starts_from_its_export(
     assert manifest.job("train").dependency == f"afterok:{manifest.job('sft').job_id}"
     trained = load_config(root / "config.toml")  # what the training task ran
     assert trained.model.path == str(root / "sft" / "export")
-    assert trained.training.sft_steps == 0  # the warm start is not run twice
-    assert load_config(root / "config.sft.toml").training.sft_steps == 2
+    assert trained.sft.steps == 0  # the warm start is not run twice
+    assert load_config(root / "config.sft.toml").sft.steps == 2
     sft = [json.loads(line) for line in (root / "sft" / "metrics.jsonl").read_text()
            .splitlines()]
     assert [r["step"] for r in sft] == [1, 2]
@@ -463,19 +463,19 @@ def test_methods_swept_from_one_warm_start_share_one_sft_task(tmp_path: Path) ->
     """A sweep over the method only: one SFT task in <root>/sft/, every run trains from its
     export (the method table's runs start from the same checkpoint); a swept learning rate
     changes the SFT, so each run then has its own."""
-    plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP, "training.sft_steps=3"))
+    plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP, "sft.steps=3"))
     root = tmp_path / "tiny"
     sft = plan.job("sft")
     assert sft.commands == [[PY, "-m", "hargo_hpc", "sft", str(root / "config.sft.toml"),
                              "--if-needed"]]
     assert {r.config.model.path for r in plan.runs} == {str(root / "sft" / "export")}
-    assert all(r.config.training.sft_steps == 0 for r in plan.runs)
+    assert all(r.config.sft.steps == 0 for r in plan.runs)
     shared = plan.runs[0].sft_config
     assert shared is not None and shared.run_dir() == root and shared.model.path == "tiny"
-    assert shared.training.sft_steps == 3
+    assert shared.sft.steps == 3
     sub.write_run_configs(plan)
     assert load_config(root / "config.sft.toml").run_dir() == root
-    apart = sub.plan_submission(tiny(tmp_path / "lr", "training.sft_steps=3",
+    apart = sub.plan_submission(tiny(tmp_path / "lr", "sft.steps=3",
                                      'sweep={"training.lr"=[1e-4,1e-3]}'))
     assert apart.job("sft").tasks == 2
     assert [r.config.model.path for r in apart.runs] == [

@@ -212,6 +212,7 @@ def test_metrics_over_bench_records() -> None:
     m = Gemm().metrics(examples, RECORDS)
     assert m["n"] == 4 and m["scored"] == 3  # the infra_error is not scored
     assert m["ok_share"] == pytest.approx(2 / 3)  # 2 ok of 3 scored
+    assert m["compiled_share"] == pytest.approx(2 / 3)  # the compile_error did not
     assert m["gflops_mean"] == pytest.approx(20.0)  # (10 + 30) / 2
     assert m["gflops_max"] == 30.0
     assert m["ratio_mean"] == pytest.approx(0.65)  # (0.5 + 0.8) / 2

@@ -45,7 +45,8 @@ def config(out: Path, name: str, stage: int, algorithm: str = "hargo",
         "data": {"tasks": [{"name": "plp_qa", "max_items": 12}], "eval_fraction": 0.0},
         "rollout": {"num_generations": 2, "prompts_per_step": 4, "max_new_tokens": MAX_NEW},
         "training": {"lr": 1e-3, "steps": 2, "micro_batch_size": 2, "zero_stage": stage,
-                     "save_every": 0, "sft_steps": sft_steps},
+                     "save_every": 0},
+        "sft": {"steps": sft_steps, "lr": 1e-3, "check_examples": 0},
     })
 
 

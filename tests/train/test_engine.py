@@ -5,6 +5,7 @@ the DeepSpeed JSON, a user's JSON, the HF export, and two ranks under torchrun."
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -360,6 +361,14 @@ def test_warmup_then_cosine_schedule() -> None:
     # after warmup: 0.1 + 0.9 * (1 + cos(pi * (s - 3) / 4)) / 2
     assert [cosine(s) for s in (3, 5, 7, 9)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
     assert WarmupSchedule(0, 0)(0) == 1.0 and WarmupSchedule(2, 0)(10) == 1.0
+
+
+def test_the_sft_steps_run_at_their_own_rate_before_the_schedule() -> None:
+    """S = 2 warm-start steps at lr_S / base = 30, then the RL schedule from s' = 0: warmup
+    (s' + 1) / 3 for s' = 0, 1, then 0.1 + 0.9 (1 + cos(pi (s' - 2) / 5)) / 2."""
+    schedule = WarmupSchedule(2, 7, "cosine", 0.1, sft_steps=2, sft_ratio=30.0)
+    after = 0.1 + 0.45 * (1 + math.cos(math.pi / 5))
+    assert [schedule(s) for s in range(6)] == pytest.approx([30, 30, 1 / 3, 2 / 3, 1.0, after])
 
 
 @pytest.mark.parametrize("stage", [0, 3])

@@ -422,3 +422,48 @@ def test_the_g_completions_of_a_prompt_share_one_prefill(
     first = backend.generate(PROMPTS, G, params(seed=3))
     assert torch.equal(first.completion_ids,
                        backend.generate(PROMPTS, G, params(seed=3)).completion_ids)
+
+
+# ---------------------------------------------------------------- per-prompt budgets
+
+
+def test_per_prompt_params_equal_each_prompt_sampled_alone(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    """Prompts with their own budgets (a yes/no task's few tokens, a kernel's hundreds) come
+    back in prompt order, each row what its prompt sampled on its own gives (greedy: no RNG
+    shared between the parts), each within its own budget, under one gather."""
+    model, tok = tiny
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def gather_double() -> Iterator[None]:
+        events.append("enter")
+        yield
+
+    backend = HFGenerateBackend(model, tok, gather=gather_double)
+    short, long = params(max_new_tokens=2, do_sample=False), params(max_new_tokens=9,
+                                                                   do_sample=False)
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0]]
+    mixed = backend.generate(prompts, 2, [short, long, long])
+    assert events == ["enter"]
+    assert mixed.group_index.tolist() == [0, 0, 1, 1, 2, 2]
+    for i, (prompt, p) in enumerate(zip(prompts, [short, long, long], strict=True)):
+        alone = HFGenerateBackend(model, tok).generate([prompt], 2, p)
+        for g in range(2):
+            row = i * 2 + g
+            length = int(mixed.completion_mask[row].sum())
+            assert length == int(alone.completion_lengths[g]) <= p.max_new_tokens
+            assert mixed.completion_ids[row, :length].tolist() == \
+                alone.completion_ids[g, :length].tolist()
+            assert (mixed.completion_ids[row, length:] == tok.pad_token_id).all()
+            assert mixed.texts[row] == alone.texts[g]
+            assert bool(mixed.truncated[row]) == bool(alone.truncated[g])
+            kept = mixed.prompt_mask[row].bool()
+            assert tok.decode(mixed.prompt_ids[row][kept]) == prompt
+
+
+def test_per_prompt_params_must_match_the_prompts(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    backend = HFGenerateBackend(*tiny)
+    with pytest.raises(ValueError, match="1 SamplingParams for 2 prompts"):
+        backend.generate(PROMPTS[:2], 2, [params()])

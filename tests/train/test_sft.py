@@ -1,6 +1,6 @@
 """SFT: the row layout, the sampler's epochs and resume, micro-batches that add up, `hargo sft` on
 the GEMM corpus (loss down, the signature learnt under teacher forcing), and the warm start of
-`hargo train` (training.sft_steps)."""
+`hargo train` (sft.steps)."""
 
 from __future__ import annotations
 
@@ -129,10 +129,13 @@ num_generations = 1
 prompts_per_step = 2
 max_new_tokens = 96
 [training]
-lr = 3e-3
+lr = 1e-6
 micro_batch_size = 2
 zero_stage = 0
-sft_steps = 300
+[sft]
+steps = 300
+lr = 3e-3
+check_examples = 0
 """
 
 
@@ -195,26 +198,27 @@ def test_warm_start_before_rl(tmp_path: Path) -> None:
         "model": {"path": "tiny"},
         "data": {"tasks": [{"name": "mlperf_qa", "max_items": 8}], "eval_fraction": 0.0},
         "rollout": {"num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 8},
-        "training": {"lr": 1e-3, "steps": 1, "sft_steps": 3, "micro_batch_size": 2,
-                     "warmup_steps": 2},
+        "training": {"lr": 1e-3, "steps": 1, "micro_batch_size": 2, "warmup_steps": 2},
+        "sft": {"steps": 3, "lr": 4e-3},
     })
     result = loop.train(cfg, log=lambda _: None, progress=False)
     sft = m.read_records(result.run_dir / "sft" / "metrics.jsonl")
     assert [r["step"] for r in sft] == [1, 2, 3]
     assert all(r["sequences"] == 4 for r in sft)  # accum 2 x micro 2: one RL step's rows
-    # warmup over optimizer steps, SFT ones first: lr = 1e-3 (s + 1) / 3 for s = 0, 1, then 1e-3
-    assert [r["learning_rate"] for r in sft] == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3])
+    # the SFT steps at sft.lr, then RL's warmup over its own optimizer steps:
+    # lr = 1e-3 (s' + 1) / 3 for s' = 0
+    assert [r["learning_rate"] for r in sft] == pytest.approx([4e-3] * 3)
     [rl] = m.read_records(result.metrics)
-    assert rl["optimizer_steps"] == 4 and rl["learning_rate"] == pytest.approx(1e-3)
+    assert rl["optimizer_steps"] == 4 and rl["learning_rate"] == pytest.approx(1e-3 / 3)
     assert json.loads(RunLayout(result.run_dir).finished.read_text())["step"] == 1
 
 
 def test_hargo_sft_needs_steps(tmp_path: Path) -> None:
     job = tmp_path / "j.toml"
-    job.write_text(GEMM_SFT.format(dir=tmp_path).replace("sft_steps = 300", "sft_steps = 0"))
+    job.write_text(GEMM_SFT.format(dir=tmp_path).replace("steps = 300", "steps = 0"))
     done = CliRunner().invoke(main, ["sft", str(job)])
     assert done.exit_code == 2
-    assert done.stderr == "error: training.sft_steps is 0: set it to the number of SFT steps\n"
+    assert done.stderr == "error: sft.steps is 0: set it to the number of SFT steps\n"
     assert not (tmp_path / "gemm-sft").exists()
 
 
@@ -237,3 +241,51 @@ def test_the_sft_presets_target_of_a_gemm_prompt_is_one_of_its_corpus_kernels() 
     with pytest.raises(ValueError, match="no reference answer, and task mlperf_qa has no SFT"):
         preset_item(Example(task="mlperf_qa", id="m:1", instruction="q", input="", output=""),
                     "p")
+
+
+FORM_JOB = """
+[run]
+name = "form"
+dir = "{dir}"
+[model]
+path = "tiny"
+[[data.tasks]]
+name = "data_race_c"
+eval_fraction = 0.2
+[[data.tasks]]
+name = "gemm"
+eval_fraction = 0.2
+[rollout]
+num_generations = 1
+prompts_per_step = 2
+max_new_tokens = 48
+[training]
+micro_batch_size = 2
+zero_stage = 0
+[sft]
+steps = 2
+lr = 1e-3
+check_examples = 3
+"""
+
+
+def test_hargo_sft_ends_with_the_form_check(tmp_path: Path) -> None:
+    """After the SFT steps, 3 held-out examples of each task are answered by the SFT model and
+    by the tiny model it started from (GEMM kernels through the real bench, in process) and
+    each task's form metrics are printed start -> end with n; the evaluation is kept in
+    <run>/sft/eval/."""
+    job = tmp_path / "form.toml"
+    job.write_text(FORM_JOB.format(dir=tmp_path))
+    done = CliRunner().invoke(main, ["sft", str(job)])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    form = [line for line in lines if line.startswith("form  ")]
+    assert [line.split()[1:3] for line in form] == [
+        ["data_race_c", "support_rate"], ["gemm", "compiled_share"], ["gemm", "ok_share"]]
+    assert all(" -> " in line for line in form)
+    assert "(n 3)" in form[0]  # gemm: its 1 held-out problem of the shipped 5
+    evaluated = json.loads((tmp_path / "form" / "sft" / "eval" / "metrics.json").read_text())
+    assert evaluated["baseline"] == "tiny"
+    gemm = evaluated["tasks"]["gemm"]
+    assert gemm["n"] == 1 and gemm["rows"] == Gemm.eval_samples
+    assert 0.0 <= gemm["compiled_share"] <= 1.0 and "compiled_share" in gemm["vs_baseline"]

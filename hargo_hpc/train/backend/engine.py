@@ -22,11 +22,13 @@ Call order per micro-batch: `loss = ...; engine.backward(loss); engine.step()`; 
 
 LR schedule: λ(s), s = optimizer steps taken so far, lr = base · λ(s):
 
-    s < W_u:        λ = (s + 1) / (W_u + 1)      (linear warmup; no step at lr 0)
+    s < S:          λ = lr_S / base              (the SFT warm start, at its own lr)
+    s' < W_u:       λ = (s' + 1) / (W_u + 1)     (linear warmup; no step at lr 0)
     constant:       λ = 1
-    cosine:         λ = m + (1 − m) · ½ (1 + cos(π · min(1, (s − W_u) / (T − W_u))))
+    cosine:         λ = m + (1 − m) · ½ (1 + cos(π · min(1, (s' − W_u) / (T − W_u))))
 
-with W_u = warmup_steps, T = total_steps (optimizer steps of the run), m = min_lr_ratio.
+with s' = s − S, S = sft_steps (0 without a warm start in this engine), lr_S = sft_lr,
+W_u = warmup_steps, T = total_steps (optimizer steps after the warm start), m = min_lr_ratio.
 """
 
 from __future__ import annotations
@@ -71,8 +73,13 @@ class WarmupSchedule:
     total_steps: int
     kind: Schedule = "constant"
     min_lr_ratio: float = 0.0
+    sft_steps: int = 0
+    sft_ratio: float = 1.0  # lr_S / base
 
     def __call__(self, s: int) -> float:
+        if s < self.sft_steps:
+            return self.sft_ratio
+        s -= self.sft_steps
         if s < self.warmup_steps:
             return (s + 1) / (self.warmup_steps + 1)
         if self.kind == "constant":
@@ -221,6 +228,8 @@ def build_engine(
     offload_optimizer: bool = False,
     lr_schedule: Schedule = "constant",
     min_lr_ratio: float = 0.0,
+    sft_steps: int = 0,
+    sft_lr: float | None = None,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
     user_config: Path | None = None,
@@ -232,7 +241,8 @@ def build_engine(
     `user_config` (a JSON file) replaces the generated config; when it has an "optimizer" or
     "scheduler" section DeepSpeed builds those from it instead of AdamW / the warmup schedule.
     The config used is written to `run_dir/deepspeed_config.json` (rank 0). `overrides` are
-    merged into the generated config (not into a user's file).
+    merged into the generated config (not into a user's file). The first `sft_steps`
+    optimizer steps run at `sft_lr` (the module doc's schedule).
     """
     import deepspeed
     from deepspeed.accelerator import get_accelerator
@@ -275,7 +285,8 @@ def build_engine(
             _optimizer_groups(model, weight_decay), lr=lr, betas=betas, eps=eps
         )
         if "scheduler" not in config:
-            schedule = WarmupSchedule(warmup_steps, total_steps, lr_schedule, min_lr_ratio)
+            schedule = WarmupSchedule(warmup_steps, total_steps, lr_schedule, min_lr_ratio,
+                                      sft_steps, 1.0 if sft_lr is None else sft_lr / lr)
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     params = [p for p in model.parameters() if p.requires_grad]
     try:

@@ -125,12 +125,61 @@ class RolloutBatch(Generations):
                                  f"{tuple(self.completion_ids.shape)}")
 
 
+PromptParams = SamplingParams | Sequence[SamplingParams]
+
+
+def group_by_params(prompts: Sequence[str], params: PromptParams
+                    ) -> dict[SamplingParams, list[int]]:
+    """The prompt indices of each distinct SamplingParams, in order of first appearance."""
+    every = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+    if len(every) != len(prompts):
+        raise ValueError(f"{len(every)} SamplingParams for {len(prompts)} prompts")
+    groups: dict[SamplingParams, list[int]] = {}
+    for i, p in enumerate(every):
+        if not isinstance(p, SamplingParams):
+            raise ValueError(f"params[{i}] is not a SamplingParams: {p!r}")
+        groups.setdefault(p, []).append(i)
+    return groups
+
+
+def merge_generations(parts: Sequence[tuple[Sequence[int], Generations]], n_prompts: int,
+                      G: int, pad_id: int) -> Generations:
+    """One Generations of `n_prompts` prompts from parts that each hold some of them
+    (`(prompt indices, their Generations)`): prompts left padded to the widest part,
+    completions right padded to the longest, every row back at its prompt's place."""
+    width = max(gen.prompt_ids.shape[1] for _, gen in parts)
+    longest = max(gen.completion_ids.shape[1] for _, gen in parts)
+    first = parts[0][1]
+    device, n = first.prompt_ids.device, n_prompts * G
+    prompt_ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    prompt_mask = torch.zeros((n, width), dtype=torch.long, device=device)
+    completion_ids = torch.full((n, longest), pad_id, dtype=torch.long, device=device)
+    completion_mask = torch.zeros((n, longest), dtype=torch.long, device=device)
+    truncated = torch.zeros(n, dtype=torch.bool, device=device)
+    texts = [""] * n
+    for prompts, gen in parts:
+        rows = torch.tensor([p * G + g for p in prompts for g in range(G)], device=device)
+        p, t = gen.prompt_ids.shape[1], gen.completion_ids.shape[1]
+        prompt_ids[rows, width - p:] = gen.prompt_ids
+        prompt_mask[rows, width - p:] = gen.prompt_mask
+        completion_ids[rows, :t] = gen.completion_ids
+        completion_mask[rows, :t] = gen.completion_mask
+        truncated[rows] = gen.truncated.bool()
+        for row, text in zip(rows.tolist(), gen.texts, strict=True):
+            texts[row] = text
+    group_index = torch.arange(n_prompts, device=device).repeat_interleave(G)
+    return Generations(prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                       completion_ids=completion_ids, completion_mask=completion_mask,
+                       truncated=truncated, texts=texts, group_index=group_index)
+
+
 @runtime_checkable
 class GenerationBackend(Protocol):
     """What the loop needs from an inference engine."""
 
-    def generate(self, prompts: list[str], G: int, params: SamplingParams) -> Generations:
-        """G completions of each prompt, rows grouped by prompt (module docstring)."""
+    def generate(self, prompts: list[str], G: int, params: PromptParams) -> Generations:
+        """G completions of each prompt, rows grouped by prompt (module docstring); `params`
+        one SamplingParams for all, or one per prompt (each task's generation budget)."""
         ...
 
 
@@ -257,16 +306,29 @@ class HFGenerateBackend:
 
     # ------------------------------------------------------------ the interface
 
-    def generate(self, prompts: list[str], G: int, params: SamplingParams) -> Generations:
+    def generate(self, prompts: list[str], G: int, params: PromptParams) -> Generations:
+        """`params` one SamplingParams, or one per prompt: prompts that share params are
+        sampled together, one `generate` call per distinct params (a yes/no group stops at its
+        few tokens instead of running to a kernel's hundreds), under one gather (ZeRO-3), in
+        order of first appearance; the rows come back in prompt order (`merge_generations`)."""
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise ValueError("prompts must be a non-empty list of strings")
         if G < 1:
             raise ValueError(f"G (completions per prompt) must be >= 1, got {G}")
+        groups = group_by_params(prompts, params)
+        with self._gathered():
+            parts = [(rows, self._generate(prompts=[prompts[i] for i in rows], G=G, params=p))
+                     for p, rows in groups.items()]
+        if len(parts) == 1:
+            return parts[0][1]
+        return merge_generations(parts, len(prompts), G, self.pad_id)
+
+    def _generate(self, *, prompts: list[str], G: int, params: SamplingParams) -> Generations:
         device = _device_of(self.model)
         prompt_ids, prompt_mask = self._encode(prompts, device, params.max_new_tokens)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
-        with self._gathered(), _seeded(params.seed, device), _eval_mode(self.model):
+        with _seeded(params.seed, device), _eval_mode(self.model):
             raw = self._sample(prompt_ids, prompt_mask, params,
                                self._shared_prefill(prompt_ids, prompt_mask, G))
         completion_ids, completion_mask, truncated, texts = finish_completions(
