@@ -31,7 +31,7 @@ from hargo_hpc.runs import RunLayout
 
 if TYPE_CHECKING:
     from hargo_hpc.config import ExperimentConfig
-    from hargo_hpc.eval.evaluate import Answers, Log, TaskPlan
+    from hargo_hpc.eval.plans import Answers, Log, TaskPlan
 
 ANSWERS = "answers.json"
 WAIT_LOG_S = 60.0  # a waiting evaluation says so this often
@@ -83,7 +83,7 @@ def _locked(lock: Path, log: Log, what: str, deadline_s: float) -> Iterator[None
             except BlockingIOError:
                 now = time.monotonic()
                 if now - started > deadline_s:
-                    from hargo_hpc.eval.evaluate import EvalError
+                    from hargo_hpc.eval.plans import EvalError
 
                     raise EvalError(f"{lock}: another evaluation has held this lock on {what}'s "
                                     f"answers for over {deadline_s:.0f} s") from None
@@ -99,7 +99,7 @@ def _locked(lock: Path, log: Log, what: str, deadline_s: float) -> Iterator[None
 
 def _read(file: Path, plans: dict[str, TaskPlan]) -> Answers | None:
     """The answers in `file` when it holds one per row of every plan; else None."""
-    from hargo_hpc.eval.evaluate import Answers
+    from hargo_hpc.eval.plans import Answers
 
     try:
         data = json.loads(file.read_text(encoding="utf-8"))

@@ -40,13 +40,13 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hargo_hpc.config import RESOLVED_NAME, ExperimentConfig, validate_config
-from hargo_hpc.errors import HargoError
+from hargo_hpc.eval.plans import Answers, EvalError, Log, TaskPlan  # re-exported
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.runs import RunLayout
@@ -61,13 +61,6 @@ DEFAULT_EVAL_FRACTION = 0.2
 EVAL_STEP = STEP_SPAN - 1  # evaluation's handoff step: the last of a run's span
 BASELINE_STEP = EVAL_STEP - 1  # the baseline's kernels, when it is evaluated here
 HPCGPT_SAMPLING = {"temperature": 0.2, "top_p": 0.95}  # the HPC-GPT paper's decoding
-Log = Callable[[str], object]
-
-
-class EvalError(HargoError, ValueError):
-    """The evaluation cannot run (one line naming the path or option)."""
-
-
 @dataclass
 class Target:
     """What is evaluated: the model directory (or name), the config its tasks come from, where
@@ -80,45 +73,6 @@ class Target:
     baseline: str | None = None
     method: str | None = None
     seed: int | None = None
-
-
-@dataclass(frozen=True)
-class TaskPlan:
-    """How one task is evaluated: its examples, `samples` completions of each (rows
-    u·samples … u·samples + samples − 1 answer example u), and the decoding."""
-
-    examples: list[Example]
-    samples: int
-    max_new_tokens: int
-    stop: tuple[str, ...]
-    do_sample: bool
-    temperature: float = 1.0
-    top_p: float = 1.0
-
-    @property
-    def rows(self) -> list[Example]:
-        """The example of every row."""
-        return [e for e in self.examples for _ in range(self.samples)]
-
-    def decoding(self) -> dict[str, Any]:
-        """What metrics.json records of it (the baseline's cache key includes it)."""
-        out: dict[str, Any] = {"samples": self.samples, "max_new_tokens": self.max_new_tokens,
-                               "stop": list(self.stop), "do_sample": self.do_sample}
-        if self.do_sample:
-            out.update(temperature=self.temperature, top_p=self.top_p)
-        return out
-
-
-@dataclass
-class Answers:
-    """One model's answers per task, one per row of the task's plan."""
-
-    texts: dict[str, list[str]] = field(default_factory=dict)
-    records: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)
-
-    def predictions(self, task: Task) -> list[Any]:
-        """What `task.metrics` scores: bench records for a remote task, else the texts."""
-        return list(self.records[task.name] if task.remote else self.texts[task.name])
 
 
 # ---------------------------------------------------------------- what is evaluated

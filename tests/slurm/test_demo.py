@@ -48,7 +48,7 @@ def test_the_demo_graph_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path
                                            "plp_qa", "gemm"}
         assert evaluated["winrate"]["baseline"] == str(root / "sft" / "export")
         gemm = evaluated["tasks"]["gemm"]  # benchmarked by the submission's worker array
-        assert gemm["n"] == 1 and gemm["scored"] == 1
+        assert gemm["n"] == 1 and gemm["scored"] == gemm["rows"] == 4  # 4 kernels sampled
         html = (root / "report" / "report.html").read_text()
         assert "hargo" in html and "data:image/png;base64," in html
         assert f"report:  {root / 'report' / 'report.html'}" in done.stdout

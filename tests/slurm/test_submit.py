@@ -222,7 +222,7 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
         evaluated = json.loads((run_dir / "eval" / "metrics.json").read_text())
         assert evaluated["model"] == str(run_dir / "export") and evaluated["split"] == "eval"
         assert evaluated["tasks"]["gemm"]["n"] >= 1  # benchmarked by the same worker array
-        assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["n"]
+        assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["rows"]
     # the GEMM completions went out through the shared handoff and came back from the bench
     steps = sorted(p.name for p in (root / "handoff" / "steps").iterdir())
     assert any(s.startswith("step-0000") for s in steps)
@@ -314,7 +314,7 @@ def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> N
             if line.startswith(("started", "train", "stop", "bench", "eval"))][:2] == [
         "started bench", "started train"]
     evaluated = json.loads((root / "eval" / "metrics.json").read_text())
-    assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["n"] >= 1
+    assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["rows"] >= 1
     assert (root / "handoff" / "STOP").is_file()
     results = list((root / "handoff" / "steps").glob("*/results/*.json"))
     assert results  # the GEMM completions were benchmarked by the local worker

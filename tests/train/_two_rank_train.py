@@ -82,11 +82,12 @@ class GenerationDouble:
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         width = max(len(ids) for ids in prompt_ids)
         rows_p, rows_c, texts, cut = [], [], [], []
-        for p, ids in zip(prompts, prompt_ids, strict=True):
+        each = params if isinstance(params, list) else [params] * len(prompts)  # per prompt
+        for p, ids, limit in zip(prompts, prompt_ids, each, strict=True):
             for j in range(G):
                 c = tok(completion(p, j), add_special_tokens=False)["input_ids"]
-                cut.append(len(c) > params.max_new_tokens)
-                c = c[: params.max_new_tokens]
+                cut.append(len(c) > limit.max_new_tokens)
+                c = c[: limit.max_new_tokens]
                 rows_p.append([pad] * (width - len(ids)) + ids)
                 rows_c.append(c)
                 texts.append(tok.decode(c, skip_special_tokens=True))

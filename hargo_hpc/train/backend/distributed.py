@@ -18,7 +18,8 @@ Three sources, tried in this order by `detect`:
    allocation but is one process (and has no SLURM_STEP_ID, which every `srun` step has): with
    SLURM_NTASKS > 1 there, `detect` refuses instead of waiting forever for ranks that never
    start. Launch the trainer with `srun`, one task per rank.
-3. **Nothing set**: one process, rank 0 of 1, on a free port of 127.0.0.1.
+3. **Nothing set**: one process, rank 0 of 1, on 127.0.0.1 port 0 (the kernel picks a free
+   port as the store binds it: nothing can take it first).
 
 `export` writes the standard variables (what `torch.distributed`'s `env://` rendezvous and
 DeepSpeed read); `init` creates the process group (the backend chosen by torch for the
@@ -79,6 +80,12 @@ class DistEnv:
         )
 
 
+# One process listens on port 0: the kernel picks a free port as the store binds it. A port
+# found free beforehand (`free_port`) can be taken by anyone before the bind (EADDRINUSE, seen
+# when a bench worker and an evaluation started beside the trainer).
+SINGLE_PORT = 0
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -105,7 +112,8 @@ def _from_standard(environ: Mapping[str, str]) -> DistEnv:
                 f"RANK and WORLD_SIZE={world} are set but {', '.join(missing)} not"
             )
     local = _int(environ, "LOCAL_RANK") if environ.get("LOCAL_RANK") else 0
-    port = _int(environ, "MASTER_PORT") if environ.get("MASTER_PORT") else free_port()
+    port = (_int(environ, "MASTER_PORT") if environ.get("MASTER_PORT")
+            else SINGLE_PORT if world == 1 else free_port())
     addr = environ.get("MASTER_ADDR") or "127.0.0.1"
     return DistEnv(rank, world, local, addr, port, "env")
 
@@ -159,7 +167,7 @@ def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
         raise DistributedError("set both RANK and WORLD_SIZE, or neither")
     if env.get("SLURM_PROCID") is not None and env.get("SLURM_NTASKS") is not None:
         return _from_slurm(env)
-    return DistEnv(0, 1, 0, "127.0.0.1", free_port(), "single")
+    return DistEnv(0, 1, 0, "127.0.0.1", SINGLE_PORT, "single")
 
 
 def init(env: DistEnv | None = None, *, backend: str | None = None) -> DistEnv:
