@@ -23,6 +23,7 @@ Usage: scripts/demo.py [section.key=value ...]   (needs SLURM_CONF; `make demo` 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -78,9 +79,17 @@ def run_job(job: Path, argv: list[str], label: str) -> int:
 
     runs = [RunLayout(p) for p in ([root] if RunLayout(root).export.is_dir() else
                                    sorted(p.parent for p in root.glob(f"*/{RunLayout.EXPORT}")))]
+    from hargo_hpc.eval.evaluate import change_lines
+
     for run in runs:
         print(f"model:   {run.export}")
         print(f"metrics: {run.metrics}, {run.eval_metrics}")
+        if run.eval_metrics.is_file():  # held-out, start (the SFT model) -> end, paired
+            evaluated = json.loads(run.eval_metrics.read_text(encoding="utf-8"))
+            print(f"held-out, {evaluated.get('baseline') or 'no baseline'} -> this run "
+                  "(95 % intervals; * where the change's excludes 0):")
+            for line in change_lines(evaluated):
+                print(f"  {line}")
     print(f"{label} ok in {time.monotonic() - started:.0f} s")
     return 0
 

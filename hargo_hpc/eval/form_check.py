@@ -13,14 +13,12 @@ to `<run dir>/sft/eval/`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hargo_hpc.eval.evaluate import evaluate, resolve_target
+from hargo_hpc.eval.evaluate import change_lines, evaluate, resolve_target
+from hargo_hpc.eval.plans import Log
 from hargo_hpc.tasks.registry import task_class
-
-Log = Callable[[str], object]
 
 
 def check_form(sft_dir: Path, examples: int, *, log: Log = print) -> dict[str, Any]:
@@ -32,27 +30,5 @@ def check_form(sft_dir: Path, examples: int, *, log: Log = print) -> dict[str, A
 
 
 def form_lines(metrics: dict[str, Any]) -> list[str]:
-    """One line per task and form metric: `form <task> <metric> <start> -> <end> [lo, hi]
-    (n N), change +d [lo, hi]`, the change marked `*` when its interval excludes 0."""
-    lines = []
-    for name, values in metrics["tasks"].items():
-        for key in task_class(name).form:
-            if key not in values:
-                continue
-            start = (values.get("baseline") or {}).get(key)
-            end, bounds = values.get(key), (values.get("intervals") or {}).get(key) or {}
-            text = f"form  {name}  {key}  {_num(start)} -> {_num(end)}"
-            if bounds.get("low") is not None:
-                text += f" [{_num(bounds['low'])}, {_num(bounds['high'])}]"
-            text += f" (n {values.get('n')})"
-            change = (values.get("vs_baseline") or {}).get(key) or {}
-            if change.get("value") is not None and change.get("low") is not None:
-                mark = " *" if change["low"] > 0 or change["high"] < 0 else ""
-                text += (f", change {change['value']:+.3f} [{change['low']:+.3f}, "
-                         f"{change['high']:+.3f}]{mark}")
-            lines.append(text)
-    return lines
-
-
-def _num(value: Any) -> str:
-    return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+    """One line per task and form metric (`Task.form`), start -> end (`change_lines`)."""
+    return change_lines(metrics, lambda name: task_class(name).form, prefix="form  ")
