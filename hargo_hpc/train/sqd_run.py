@@ -13,7 +13,7 @@ the step's results (archive, advancement) and rank 0 writes its files under `<ru
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,20 +26,28 @@ from hargo_hpc.train.backend import distributed
 if TYPE_CHECKING:
     from hargo_hpc.train.rollout.rewards import RewardBatch
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 class SqdRun:
     """SQD over `problems`, writing to `directory`; `penalty`: the reward of an ok kernel that
-    misses a required technique (bench.penalties.format_violation)."""
+    misses a required technique (bench.penalties.format_violation); `log`: where rank 0 says
+    what SQD did (a stage advanced), the run's log."""
 
     def __init__(self, settings: SqdSettings, problems: Sequence[str], directory: Path,
-                 tasks: Mapping[str, Task], penalty: float) -> None:
+                 tasks: Mapping[str, Task], penalty: float,
+                 log: Callable[[str], object] = _to_stderr) -> None:
         self.sqd = Sqd(settings, problems)
         self.directory = directory
         self.tasks = dict(tasks)
         self.penalty = penalty
+        self.log = log
 
     @classmethod
     def of(cls, settings: SqdSettings, train: Mapping[str, Sequence[Example]],
-           tasks: Mapping[str, Task], directory: Path, penalty: float) -> SqdRun | None:
+           tasks: Mapping[str, Task], directory: Path, penalty: float,
+           log: Callable[[str], object] = _to_stderr) -> SqdRun | None:
         """SQD over the problems of the training split's staged tasks; None when SQD is off
         or the run has no staged task."""
         names = [name for name in train if name in tasks and tasks[name].staged]
@@ -47,7 +55,7 @@ class SqdRun:
             return None
         problems = sorted({key for name in names for e in train[name]
                            if (key := tasks[name].problem_key(e)) is not None})
-        return cls(settings, problems, directory, tasks, penalty)
+        return cls(settings, problems, directory, tasks, penalty, log)
 
     def _problem(self, example: Example) -> str | None:
         """The problem of `example` when its task is staged; None otherwise (a text task)."""
@@ -77,7 +85,7 @@ class SqdRun:
                                   stage.name))
         for line in self.sqd.observe(step, results):
             if distributed.is_main():
-                print(line, file=sys.stderr)
+                self.log(line)
         if distributed.is_main():
             self.sqd.save(self.directory, step, results)
 

@@ -5,7 +5,8 @@ One step, in verl's phase names (each timed as `timing_s/<phase>`; the functions
 
     gen           draw prompts_per_step prompts (the task mixture), template them (a GEMM
                   problem's at its SQD stage, with sqd.enabled), sample G completions of each
-                  (the generation backend; ZeRO-3 weights gathered once)
+                  within its task's generation budget (the generation backend; ZeRO-3 weights
+                  gathered once)
     reward        `submit_rewards` at the end of `start_step` (GEMM requests go to the bench,
                   each with its stage's forbidden techniques; text tasks in process), then
                   `collect_rewards` (unscored ones are dropped from the loss and counted; SQD
