@@ -46,6 +46,21 @@ def test_a_problem_advances_after_patience_steps_without_a_five_percent_gain() -
                               "why": "no 5% gain in 2 steps"}]
 
 
+def test_a_stage_without_an_ok_kernel_yet_does_not_plateau() -> None:
+    """Failing steps before the first ok kernel are no plateau (m = 0): the problem stays
+    until it solves the stage (then the plateau rule runs) or max_steps moves it on."""
+    settings = SqdSettings(patience=2, max_steps=6)
+    state = ProblemState()
+    for step in range(1, 5):  # 4 failing steps: past patience, still stage 0
+        assert step_problem(state, [], step, settings) == ""
+    assert (state.stage, state.stale, state.mark) == (0, 0, 0.0)
+    assert step_problem(state, [5.0], 5, settings) == ""  # solved: mark 5, stale 0
+    assert step_problem(state, [], 6, settings) == "6 steps in the stage"  # max_steps
+    never = ProblemState()
+    moved = [step_problem(never, [], step, settings) for step in range(1, 7)]
+    assert moved == [""] * 5 + ["6 steps in the stage"] and never.stage == 1
+
+
 def test_max_steps_moves_a_problem_that_keeps_improving() -> None:
     settings = SqdSettings(patience=5, max_steps=3)
     state = ProblemState()
@@ -56,13 +71,14 @@ def test_max_steps_moves_a_problem_that_keeps_improving() -> None:
     assert stages == [0, 0, 1, 1, 1, 2, 2]  # 3 steps a stage, then the next
 
 
-@pytest.mark.parametrize(("after_last", "want"), [("hold", [3, 3, 3]), ("cycle", [0, 1, 2])])
+@pytest.mark.parametrize(("after_last", "want"), [("hold", [3] * 6),
+                                                  ("cycle", [3, 0, 0, 1, 1, 2])])
 def test_after_the_last_stage(after_last: str, want: list[int]) -> None:
     settings = SqdSettings(patience=1, after_last=after_last)
     state = ProblemState(stage=3)
     got = []
-    for step in range(3):
-        step_problem(state, [], step, settings)  # never improves: patience 1 moves at once
+    for step in range(6):  # 5 GFLOPS every step: the first in a stage sets the mark, the
+        step_problem(state, [5.0], step, settings)  # next is no gain: patience 1 moves on
         got.append(state.stage)
     assert got == want
     assert state.cycles == (1 if after_last == "cycle" else 0)

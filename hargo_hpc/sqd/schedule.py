@@ -21,8 +21,13 @@ GFLOPS of an `ok` result of the step and m the mark (the best GFLOPS at the stag
 significant improvement, 0 on entering it),
 
     improved  <=>  g >= m * (1 + min_improvement)  and  g > 0        (then m := g, stale := 0)
-    else stale += 1
+    else, once m > 0, stale += 1
     advance   <=>  stale >= patience   or   steps seen in the stage >= max_steps
+
+A stage in which the problem has no ok kernel yet (m = 0) does not plateau: only max_steps
+moves it on. (Measured, issue Q: with stale counted from the first step, a weak model's
+problems left the first stage after `patience` failing steps for a harder one it failed in
+too, and RL with SQD lowered the held-out ok share where plain GRPO raised it.)
 
 After the last stage `after_last` = "hold" (stay) or "cycle" (back to the first stage).
 
@@ -140,7 +145,7 @@ def step_problem(state: ProblemState, gflops: Sequence[float], step: int,
     state.best = max(state.best, g)
     if g > 0 and g >= state.mark * (1 + settings.min_improvement):
         state.mark, state.stale = g, 0
-    else:
+    elif state.mark > 0:  # a plateau of a best it has; a stage not solved yet has none
         state.stale += 1
     if state.stale >= settings.patience:
         why = f"no {settings.min_improvement:.0%} gain in {settings.patience} steps"

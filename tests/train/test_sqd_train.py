@@ -30,13 +30,14 @@ FIRST = SqdSettings().stages[0]  # scalar: openmp, simd, blocking forbidden
 
 def small(tmp_path: Path, name: str = "gemm-sqd") -> Any:
     """jobs/gemm_sqd.toml with the tiny model, 2 prompts x G 2, 3 steps, a 64^3 bench on one
-    local worker, patience 1 (the untrained model never improves: a move every step)."""
+    local worker, max_steps 1 (a move after every step a problem was prompted in: the
+    untrained model solves no stage, and an unsolved stage moves on only at max_steps)."""
     return load_config(JOB, [
         f"run.dir={tmp_path}", f"run.name={name}", "model.path=tiny", "model.dtype=float32",
         "rollout.num_generations=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=16",
         "training.steps=3", "training.zero_stage=2", "training.precision=fp32",
         "training.micro_batch_size=4", "training.save_every=0", "bench.size=64",
-        "handoff.local_workers=1", "handoff.workers=1", "sqd.patience=1"])
+        "handoff.local_workers=1", "handoff.workers=1", "sqd.max_steps=1"])
 
 
 def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
     rollouts = m.read_records(run_dir / "rollouts" / "step_000001.jsonl")
     assert all("Forbidden techniques: openmp" in r["prompt"] for r in rollouts)
 
-    # the untrained model writes no kernel that runs: with patience 1 every prompted problem
+    # the untrained model writes no kernel that runs: with max_steps 1 every prompted problem
     # moves on after each step it was prompted in
     state = json.loads((run_dir / "sqd" / "state.json").read_text())
     prompted: dict[str, set[int]] = {}
