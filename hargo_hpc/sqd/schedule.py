@@ -24,10 +24,9 @@ significant improvement, 0 on entering it),
     else, once m > 0, stale += 1
     advance   <=>  stale >= patience   or   steps seen in the stage >= max_steps
 
-A stage in which the problem has no ok kernel yet (m = 0) does not plateau: only max_steps
-moves it on. (Measured, issue Q: with stale counted from the first step, a weak model's
-problems left the first stage after `patience` failing steps for a harder one it failed in
-too, and RL with SQD lowered the held-out ok share where plain GRPO raised it.)
+A stage in which the problem has no ok kernel yet (m = 0) does not plateau: there is no best
+to plateau at, and only max_steps moves it on (counting failing steps sent a problem the
+model had never solved on to a harder stage after `patience` steps).
 
 After the last stage `after_last` = "hold" (stay) or "cycle" (back to the first stage).
 
