@@ -70,7 +70,8 @@ def run(work: Path, name: str, index: int, args: argparse.Namespace) -> list[dic
     job.write_text(experiment_toml(root, name, args))
     done = subprocess.run([sys.executable, "-m", "hargo_hpc", "train", str(job)],
                           capture_output=True, text=True,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"))
+                          env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+                                   XDG_CACHE_HOME=str(work / "cache")))  # not ~/.cache
     if done.returncode != 0:
         raise SystemExit(f"{name} run failed (exit {done.returncode}):\n"
                          + "\n".join(done.stderr.splitlines()[-20:]))

@@ -279,6 +279,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hargo-learning-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
+        # the converted SmolLM2 and the compile cache live with the runs, not in ~/.cache
+        os.environ["XDG_CACHE_HOME"] = str(root / "cache")
         start = warm_start(root, args)
         results: dict[str, list[dict[str, Any]]] = {m: [] for m in args.methods}
         for seed in args.seeds:
