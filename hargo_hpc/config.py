@@ -328,9 +328,8 @@ def _apply_override(raw: dict[str, Any], item: str, source: str) -> None:
         if kind == "leaf":
             raise ConfigError(f"{source}: override {key}: {here} has no sub-keys")
         fields = kind.model_fields
-        if key.split("=", 1)[0] in MOVED_KEYS:
-            raise ConfigError(f"{source}: override {key}: {key.split('=', 1)[0]!r} is now "
-                              f"{MOVED_KEYS[key.split('=', 1)[0]]!r}")
+        if key in MOVED_KEYS:
+            raise ConfigError(f"{source}: override {key}: {key!r} is now {MOVED_KEYS[key]!r}")
         if part not in fields:
             raise ConfigError(
                 f"{source}: override {key}: unknown key {part!r} in {here} "

@@ -148,8 +148,8 @@ def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
 
 def _check_form(sft_dir: Path, examples: int) -> None:
     """The form figures after SFT (`eval.form_check`), one line per task and metric."""
-    from hargo_hpc.eval.evaluate import EvalError
     from hargo_hpc.eval.form_check import check_form, form_lines
+    from hargo_hpc.eval.plans import EvalError
 
     click.echo(f"form check: at most {examples} held-out examples per task, the SFT model "
                "against its start (sft.check_examples)")
