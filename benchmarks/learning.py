@@ -136,13 +136,11 @@ def rl_run(root: Path, args: argparse.Namespace, start: Path, method: str,
 
 
 def interval_text(found: Any) -> str:
+    from hargo_hpc.eval.intervals import Interval
+
     if not found or found.get("value") is None:
         return "—"
-    text = f"{found['value']:+.3f}"
-    if found.get("low") is not None:
-        mark = " *" if found["low"] > 0 or found["high"] < 0 else ""
-        text += f" [{found['low']:+.3f}, {found['high']:+.3f}]{mark}"
-    return text
+    return Interval.from_json(found).change_text("+.3f")
 
 
 def value_text(value: Any) -> str:

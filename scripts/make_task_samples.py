@@ -11,7 +11,11 @@ The four text tasks each get a small sample in the HPC-GPT record format (a JSON
   vary from one program to the next; half the labels are 'yes';
 - data_race_fortran.json: the same idea for Fortran `!$omp parallel do` loops;
 - mlperf_qa.json: short factual questions over a FICTIONAL results table (`SYSTEMS` below);
-- plp_qa.json: programming-language questions with one-sentence answers (`PLP` below).
+- plp_qa.json: programming-language questions with one-sentence answers (`PLP` below);
+- gemm_problems.json: GEMM problem shapes, five written by hand (`GEMM_HAND`: the paper's 256³,
+  a rectangular one, one past L2, one with edges at every tile width) and `GEMM_DRAWN` more drawn
+  from `GEMM_SIDES`, enough that a held-out quarter of them can tell a trained model from its
+  start (`make demo` evaluates on it).
 
 The instruction wording of the data race samples is HPC-GPT's (Ding et al., 2023), so a model
 sees the same question shape; no record of HPC-GPT is copied or paraphrased.
@@ -775,12 +779,51 @@ def plp_qa() -> list[Record]:
 
 
 # ---------------------------------------------------------------------------------------------
+# GEMM problem shapes
+# ---------------------------------------------------------------------------------------------
+
+GEMM_HAND = (
+    (256, 256, 256, "dgemm-256", "The paper's problem: square DGEMM of 256, 0.034 GFLOP per call."),
+    (128, 128, 128, "dgemm-128",
+     "Small square DGEMM: all three matrices fit in a 512 kB L2 cache."),
+    (192, 256, 320, "dgemm-192x256x320",
+     "Rectangular: M, N and K all differ, so a transposed index shows."),
+    (384, 384, 384, "dgemm-384",
+     "Larger square DGEMM: 3.5 MB of matrices, beyond most L2 caches."),
+    (250, 250, 250, "dgemm-250",
+     "Square but no multiple of 4, 8 or 16: every tile and vector has an edge."),
+)
+GEMM_SIDES = (64, 96, 128, 160, 192, 224, 256)  # small enough that one timing takes milliseconds
+GEMM_DRAWN = 43
+
+
+def gemm_problems() -> list[dict[str, object]]:
+    """The hand-written shapes, then GEMM_DRAWN distinct (M, N, K) drawn from GEMM_SIDES."""
+    problems: list[dict[str, object]] = [
+        {"name": name, "M": m, "N": n, "K": k, "description": text}
+        for m, n, k, name, text in GEMM_HAND]
+    taken = {(m, n, k) for m, n, k, _, _ in GEMM_HAND}
+    draw = random.Random(SEED + 4)
+    while len(problems) < len(GEMM_HAND) + GEMM_DRAWN:
+        m, n, k = (draw.choice(GEMM_SIDES) for _ in range(3))
+        if (m, n, k) in taken:
+            continue
+        taken.add((m, n, k))
+        gflop = 2 * m * n * k / 1e9
+        problems.append({"name": f"dgemm-{m}x{n}x{k}", "M": m, "N": n, "K": k,
+                         "description": f"DGEMM: {m}x{k} times {k}x{n}, "
+                                        f"{gflop:.4f} GFLOP per call."})
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
 
 def samples() -> dict[str, str]:
     """File name -> the exact text written (JSON, indent 1, trailing newline, ASCII)."""
     built = {"data_race_c.json": data_race(C_TEMPLATES, fortran=False),
              "data_race_fortran.json": data_race(F_TEMPLATES, fortran=True),
-             "mlperf_qa.json": mlperf_qa(), "plp_qa.json": plp_qa()}
+             "mlperf_qa.json": mlperf_qa(), "plp_qa.json": plp_qa(),
+             "gemm_problems.json": gemm_problems()}
     return {name: json.dumps(records, indent=1, ensure_ascii=True) + "\n"
             for name, records in built.items()}
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hargo_hpc.config import RESOLVED_NAME, ExperimentConfig, validate_config
+from hargo_hpc.eval.intervals import Interval
 from hargo_hpc.eval.plans import Answers, EvalError, Log, TaskPlan  # re-exported
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
@@ -536,9 +537,7 @@ def change_lines(metrics: dict[str, Any], keys_of: Callable[[str], Sequence[str]
             text += f" (n {values.get('n')})"
             change = (values.get("vs_baseline") or {}).get(key) or {}
             if change.get("value") is not None and change.get("low") is not None:
-                mark = " *" if change["low"] > 0 or change["high"] < 0 else ""
-                text += (f", change {change['value']:+.3f} [{change['low']:+.3f}, "
-                         f"{change['high']:+.3f}]{mark}")
+                text += f", change {Interval.from_json(change).change_text('+.3f')}"
             lines.append(text)
     return lines
 
@@ -551,19 +550,13 @@ def with_interval(values: dict[str, Any], key: str) -> str:
     """`0.575 [0.430, 0.710]` (the value and its interval), `0.575` without one, `—` for
     none; a change against the baseline follows as `Δ +0.025 [−0.175, +0.225]`, marked `*`
     when its interval excludes 0."""
-    from hargo_hpc.eval.intervals import Interval
-
     shown = _fmt(values.get(key))
     found = (values.get("intervals") or {}).get(key)
     if found and found.get("low") is not None:
         shown += f" [{_fmt(found['low'])}, {_fmt(found['high'])}]"
     change = (values.get("vs_baseline") or {}).get(key)
     if change and change.get("value") is not None:
-        delta = Interval.from_json(change)
-        mark = " *" if delta.excludes_zero() else ""
-        bounds = ("" if change.get("low") is None
-                  else f" [{delta.low:+.4g}, {delta.high:+.4g}]")
-        shown += f", Δ {delta.value:+.4g}{bounds}{mark}"
+        shown += f", Δ {Interval.from_json(change).change_text('+.4g')}"
     return shown
 
 

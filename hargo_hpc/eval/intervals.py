@@ -50,6 +50,14 @@ class Interval:
         return (f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}] "
                 f"(n={self.n})")  # fmt: skip
 
+    def change_text(self, spec: str = "+.3f") -> str:
+        """A difference: `+0.025 [-0.175, +0.225]`, then ` *` when the interval excludes 0;
+        the value alone when there is no interval (NaN bounds)."""
+        if math.isnan(self.low) or math.isnan(self.high):
+            return f"{self.value:{spec}}"
+        mark = " *" if self.excludes_zero() else ""
+        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]{mark}"
+
     def to_json(self) -> dict[str, Any]:
         """Plain data; a bound that is not finite (no interval) is null."""
         return {"value": _finite_or_none(self.value), "low": _finite_or_none(self.low),

@@ -17,6 +17,7 @@ weights, and keeps its own rows (`own`) for the update.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -119,18 +120,26 @@ class Rewards:
 
 
 def shape_rewards(algorithm: ResolvedAlgorithm, batch: RewardBatch, lengths: Tensor,
-                  max_new_tokens: int, device: torch.device) -> Rewards:
+                  limits: Sequence[int], device: torch.device) -> Rewards:
     """R_i = r_i + R_len(|y_i|), DAPO's overlong shaping (`dapo.overlong_penalty`: 0 up to
     L_max − L_cache, then falling linearly to −factor at L_max) when the preset has a buffer
-    L_cache = `overlong_buffer_tokens(max_new_tokens)` > 0; else R_i = r_i."""
+    L_cache = `overlong_buffer_tokens(L_max)` > 0; else R_i = r_i. L_max is row i's own
+    generation limit `limits[i]` (its task's budget: a yes/no answer is overlong long before
+    a kernel is), and L_cache follows from it."""
     task = torch.tensor(batch.rewards, dtype=torch.float32, device=device)
     scored = torch.tensor(batch.scored, dtype=torch.bool, device=device)
     overlong = torch.zeros_like(task)
-    buffer = algorithm.overlong_buffer_tokens(max_new_tokens)
-    if buffer > 0:
-        overlong = overlong_penalty(lengths, max_length=max_new_tokens, buffer=buffer,
-                                    factor=algorithm.overlong_penalty).to(task)
-    shaped = task + overlong if buffer > 0 else task.clone()
+    shaping = False
+    for limit in sorted(set(limits)):
+        buffer = algorithm.overlong_buffer_tokens(limit)
+        if buffer > 0:
+            shaping = True
+            rows = torch.tensor([i for i, own in enumerate(limits) if own == limit],
+                                device=lengths.device)
+            overlong[rows.to(device)] = overlong_penalty(
+                lengths[rows], max_length=limit, buffer=buffer,
+                factor=algorithm.overlong_penalty).to(task)
+    shaped = task + overlong if shaping else task.clone()
     return Rewards(batch, task, scored, overlong, shaped)
 
 

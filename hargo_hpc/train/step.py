@@ -126,7 +126,8 @@ def finish_step(ctx: RunContext, state: LoopState, rollout: Rollout
     rows = step_rows(rollout)
     with timer("reward"):
         batch = collect_rewards(ctx, state, rollout)
-        rewards = shape_rewards(alg, batch, rows.lengths, ctx.config.rollout.max_new_tokens,
+        limits = [ctx.sampling_of(row).max_new_tokens for row in rows.rows]
+        rewards = shape_rewards(alg, batch, rows.lengths, limits,
                                 rollout.gen.completion_ids.device)
     with timer("ref"):
         ref = reference_logprobs(ctx, rollout.gen)

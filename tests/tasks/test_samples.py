@@ -59,7 +59,8 @@ def test_committed_samples_are_what_the_script_writes():
 
 def test_check_fails_on_a_stale_or_missing_file(tmp_path):
     assert run_script("--dir", str(tmp_path)).returncode == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.json" for n in MIN_SIZE)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{n}.json" for n in [*MIN_SIZE, "gemm_problems"])
     assert run_script("--check", "--dir", str(tmp_path)).returncode == 0
     plp = tmp_path / "plp_qa.json"
     plp.write_text(plp.read_text().replace('"output": "', '"output": "X', 1))
@@ -69,6 +70,20 @@ def test_check_fails_on_a_stale_or_missing_file(tmp_path):
     (tmp_path / "mlperf_qa.json").unlink()
     done = run_script("--check", "--dir", str(tmp_path))
     assert done.returncode == 1 and "mlperf_qa.json" in done.stderr
+
+
+def test_gemm_problems_are_distinct_valid_shapes_enough_to_hold_out_a_quarter():
+    from hargo_hpc.tasks.gemm import parse_problem
+
+    problems = [parse_problem(r, i) for i, r in enumerate(load("gemm_problems"))]
+    # make demo holds out a quarter: 12 problems x 8 kernels each, an interval that can
+    # separate a 0.2 from a 0.5 ok share
+    assert len(problems) >= 48
+    assert len({p["name"] for p in problems}) == len(problems)
+    assert len({(p["M"], p["N"], p["K"]) for p in problems}) == len(problems)
+    assert problems[0]["name"] == "dgemm-256" and problems[0]["M"] == 256  # the paper's
+    for p in problems:
+        assert p["name"].startswith("dgemm-") and p["description"], p
 
 
 @pytest.mark.parametrize("name", sorted(MIN_SIZE))
