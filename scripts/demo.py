@@ -15,9 +15,10 @@
 
 It prints the submission's live progress, then the report's table, the paths of the report,
 its plots and the model, and one line per held-out metric: start (the SFT model) -> end, with
-the 95 % interval of the change, `*` where it excludes 0. A previous demo's directory is kept as `<run dir>.previous`
-(replacing an older one), so `make demo` can run again right away. Exit 0 only when every job
-completed; bad overrides are one line and exit 2, with nothing written.
+the 95 % interval of the change, `*` where it excludes 0. A previous demo's directory is kept
+as `<run dir>.previous` (replacing an older one), so `make demo` can run again right away.
+Exit 0 only when every job completed; bad overrides are one line and exit 2, with nothing
+written.
 
 Usage: scripts/demo.py [section.key=value ...]   (needs SLURM_CONF; `make demo` sets it)
 """
