@@ -66,7 +66,7 @@ class Interval:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Interval:
         return cls(*(math.nan if data.get(k) is None else float(data[k])
-                     for k in ("value", "low", "high")), int(data["n"]))
+                     for k in ("value", "low", "high")), int(data.get("n") or 0))
 
 
 def _finite_or_none(value: float) -> float | None:

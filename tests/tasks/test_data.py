@@ -286,7 +286,7 @@ def test_a_remote_task_reads_its_own_records(tmp_path: Path) -> None:
 def test_the_real_gemm_task_through_load_tasks() -> None:
     from hargo_hpc.config import TaskSpec
 
-    # the config's default path '' = the shipped problem file (five problems, the paper's 256^3
-    # first)
+    # the config's default path '' = the shipped problem file (5 written by hand, the paper's
+    # 256^3 first, and 43 drawn by scripts/make_task_samples.py)
     loaded = load_tasks([TaskSpec(name="gemm")])
-    assert len(loaded["gemm"]) == 5 and loaded["gemm"][0].id == "gemm:dgemm-256"
+    assert len(loaded["gemm"]) == 48 and loaded["gemm"][0].id == "gemm:dgemm-256"
