@@ -7,8 +7,8 @@ included (`data.split_seed` 0 for every run: the same held-out examples, so the 
 answers are computed once and shared), against the warm start on the same examples.
 
   gemm   the project's tiny model on GEMM with the real bench (one local worker: the real
-         compiler, verification and timer), on `--problems` problem shapes written for the run
-         (`write_problems`; the shipped sample has 5, too few to hold out); methods plain
+         compiler, verification and timer), on the shipped 48 problem shapes
+         (scripts/make_task_samples.py), a quarter held out; methods plain
          GRPO and GRPO with SQD (`sqd.enabled`). Held-out metrics: the ok share, compiled share
          and mean reward of `--samples` kernels sampled per problem. SQD against GRPO: the
          distinct technique sets of ok kernels, and the best GFLOPS, on the held-out problems.
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import tempfile
 import time
@@ -44,7 +43,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = (64, 96, 128, 160, 192, 224, 256)
 METRICS = {
     "gemm": ("ok_share", "compiled_share", "reward_mean"),
     "data_race_c": ("reward_mean", "support_rate", "f1", "accuracy"),
@@ -53,19 +51,6 @@ METRICS = {
 }
 HPCGPT_FILES = {"data_race_c": "task2_c_c++.json", "mlperf_qa": "task1_ml_perf.json",
                 "plp_qa": "task1_plp.json"}
-
-
-def write_problems(path: Path, count: int) -> Path:
-    """`count` distinct GEMM shapes (M, N, K each one of SIDES, drawn with a fixed seed) as a
-    problem file."""
-    draw, shapes = random.Random(20261202), set()
-    while len(shapes) < count:
-        shapes.add(tuple(draw.choice(SIDES) for _ in range(3)))
-    path.write_text(json.dumps([
-        {"name": f"dgemm-{m}x{n}x{k}", "M": m, "N": n, "K": k,
-         "description": f"DGEMM of an {m}x{k} by a {k}x{n} matrix."}
-        for m, n, k in sorted(shapes)], indent=1) + "\n")
-    return path
 
 
 def suite_config(root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -79,10 +64,8 @@ def suite_config(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "sft": {"steps": args.sft_steps, "lr": args.sft_lr, "check_examples": 0},
     }
     if args.suite == "gemm":
-        problems = write_problems(root / "problems.json", args.problems)
         return {**common, "model": {"path": "tiny"}, "handoff": {"local_workers": 1},
-                "data": {"tasks": [{"name": "gemm", "path": str(problems),
-                                    "eval_fraction": args.eval_fraction,
+                "data": {"tasks": [{"name": "gemm", "eval_fraction": args.eval_fraction,
                                     "eval_samples": args.samples}], "split_seed": 0}}
     tasks = []
     for name, file in HPCGPT_FILES.items():
@@ -243,7 +226,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sft-lr", type=float, default=None)
     parser.add_argument("--samples", type=int, default=8,
                         help="gemm: kernels sampled per held-out problem")
-    parser.add_argument("--problems", type=int, default=32, help="gemm: problem shapes")
     parser.add_argument("--eval-fraction", type=float, default=None)
     parser.add_argument("--max-items", type=int, default=0,
                         help="text: at most this many records per task (0 = all)")
@@ -288,7 +270,7 @@ def main() -> int:
                 for name, values in run["metrics"]["tasks"].items():
                     found = {"a": values["baseline"], "b": values,
                              "changes": values["vs_baseline"]}
-                    print(f"{method} s{seed} {name} (n {values['n']}): "
+                    print(f"{method} s{seed} {name} (n={values['n']}): "
                           f"{line_of(found, METRICS[name], 'a', 'b')}", flush=True)
                 print(f"{method} s{seed}: train reward {curve_text(run['curve'])}; train "
                       f"{run['train_s']:.0f} s, eval {run['eval_s']:.0f} s", flush=True)
@@ -298,14 +280,14 @@ def main() -> int:
         for method, runs in results.items():
             for name in tasks:
                 found = pooled_change(runs, None, name)
-                print(f"  {method} {name} (n {found['n']}): "
+                print(f"  {method} {name} (n={found['n']}): "
                       f"{line_of(found, METRICS[name], 'a', 'b')}")
         if len(args.methods) == 2:
             first, second = args.methods
             print(f"\n{second} - {first}, pooled over the seeds, paired:")
             for name in tasks:
                 found = pooled_change(results[first], results[second], name)
-                print(f"  {name} (n {found['n']}): {line_of(found, METRICS[name], 'a', 'b')}")
+                print(f"  {name} (n={found['n']}): {line_of(found, METRICS[name], 'a', 'b')}")
         if {"grpo", "sqd"} <= set(results):
             print("\nSQD against GRPO on the held-out problems (per seed):")
             for a, b in zip(results["grpo"], results["sqd"], strict=True):

@@ -1,5 +1,5 @@
 """`make paper-table`'s script: each text task on HPCGPT_DIR where its file is, the project's
-sample where it is not (the shared copy lacks the Fortran split), and its one-line refusals."""
+sample where it is not, and its one-line refusals."""
 
 from __future__ import annotations
 
@@ -23,18 +23,20 @@ def paper_table(monkeypatch: pytest.MonkeyPatch):
 
 def test_tasks_read_the_directory_only_where_their_file_is(paper_table, tmp_path: Path,
                                                            capsys) -> None:
-    (tmp_path / "task1_plp.json").write_text("[]")
     (tmp_path / "task2_c_c++.json").write_text("[]")
     override = paper_table.tasks_override(tmp_path)
     assert override == (
-        f'data.tasks=[{{name="data_race_c",max_items=400,path="{tmp_path}"}},'
-        '{name="data_race_fortran",max_items=400},'
-        '{name="mlperf_qa",max_items=400},'
-        f'{{name="plp_qa",max_items=400,path="{tmp_path}"}},'
-        '{name="gemm"}]')
+        'data.tasks=[{name="data_race_c",weight=0.25,max_items=600,eval_fraction=0.334,'
+        f'path="{tmp_path}"}},{{name="gemm",weight=0.75,eval_fraction=0.25,eval_samples=8}}]')
+    assert f"data_race_c: {tmp_path}" in capsys.readouterr().out
+
+
+def test_a_directory_without_the_file_leaves_the_sample(paper_table, tmp_path: Path,
+                                                        capsys) -> None:
+    (tmp_path / "task1_plp.json").write_text("[]")
+    assert "path=" not in paper_table.tasks_override(tmp_path)
     said = capsys.readouterr().out
-    assert f"data_race_fortran: the project's sample (no task2_fortran.json in {tmp_path})" in said
-    assert f"plp_qa: {tmp_path}" in said
+    assert f"data_race_c: the project's sample (no task2_c_c++.json in {tmp_path})" in said
 
 
 def test_without_a_directory_every_task_is_a_sample(paper_table) -> None:

@@ -522,7 +522,7 @@ def headline(name: str) -> tuple[str, ...]:
 def change_lines(metrics: dict[str, Any], keys_of: Callable[[str], Sequence[str]] = headline,
                  *, prefix: str = "") -> list[str]:
     """One line per task and metric (`keys_of(task name)`, default its headline) of an
-    evaluation against its baseline: `<task>  <metric>  <start> -> <end> [lo, hi] (n N),
+    evaluation against its baseline: `<task>  <metric>  <start> -> <end> [lo, hi] (n=N),
     change +d [lo, hi]`, the change marked `*` when its interval excludes 0."""
     lines = []
     for name, values in metrics["tasks"].items():
@@ -534,7 +534,7 @@ def change_lines(metrics: dict[str, Any], keys_of: Callable[[str], Sequence[str]
             text = f"{prefix}{name}  {key}  {_num(start)} -> {_num(end)}"
             if bounds.get("low") is not None:
                 text += f" [{_num(bounds['low'])}, {_num(bounds['high'])}]"
-            text += f" (n {values.get('n')})"
+            text += f" (n={values.get('n')})"
             change = (values.get("vs_baseline") or {}).get(key) or {}
             if change.get("value") is not None and change.get("low") is not None:
                 text += f", change {Interval.from_json(change).change_text('+.3f')}"

@@ -22,10 +22,10 @@ def test_each_metric_start_to_end_with_its_interval_and_change() -> None:
     lines = change_lines(METRICS, lambda name: ("f1", "support_rate") if name == "data_race_c"
                          else ("ok_share", "missing"))
     assert lines == [
-        "data_race_c  f1  0.400 -> 0.500 (n 40), change +0.100 [-0.050, +0.250]",
-        "data_race_c  support_rate  0.250 -> 1.000 [0.900, 1.000] (n 40), "
+        "data_race_c  f1  0.400 -> 0.500 (n=40), change +0.100 [-0.050, +0.250]",
+        "data_race_c  support_rate  0.250 -> 1.000 [0.900, 1.000] (n=40), "
         "change +0.750 [+0.600, +0.900] *",
-        "gemm  ok_share  — -> 0.500 (n 4)",  # no baseline: no start, no change
+        "gemm  ok_share  — -> 0.500 (n=4)",  # no baseline: no start, no change
     ]
 
 
