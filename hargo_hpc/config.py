@@ -174,6 +174,15 @@ class JobResources(_Section):
         description="Slurm time limit: [D-]HH:MM:SS, MM:SS or MM",
     )
     array_parallelism: int = Field(0, ge=0, description="0 = no limit")
+    signal_lead_s: int = Field(
+        120, ge=10, description="seconds before the time limit that the job is signalled to "
+        "checkpoint and requeue: at least the time to write a checkpoint plus the longest "
+        "phase of a step (docs/slurm.md, 'Time limits')",
+    )
+    max_requeues: int = Field(
+        3, ge=0, description="how often a training or SFT task requeues itself after its time "
+        "limit (each time from its latest checkpoint)",
+    )
     account: str = ""
     qos: str = ""
     constraint: str = ""

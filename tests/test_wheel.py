@@ -127,7 +127,7 @@ def test_wheel_installs_and_works_outside_the_tree(tmp_path: Path) -> None:
                                                            "stop.sh", "train.sh"]
     bench = (scripts / "bench.sh").read_text()
     assert bench.startswith("#!/bin/bash\n#SBATCH --job-name=gemm-sqd-bench\n")
-    assert "#SBATCH --signal=B:USR1@60\n" in bench and 'exec "${CMD[@]}"' in bench
+    assert "#SBATCH --signal=B:USR1@120\n" in bench and 'exec "${CMD[@]}"' in bench
     assert "#SBATCH --requeue\n" in (scripts / "train.sh").read_text()
     for script in scripts.glob("*.sh"):
         run(["bash", "-n", str(script)], outside, env)

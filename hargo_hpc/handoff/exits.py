@@ -17,7 +17,7 @@ class ExitReason(enum.Enum):
     STOP_SENTINEL = "stop sentinel"  # STOP appeared in the handoff directory
     IDLE = "idle"  # max_idle_s without work (and no one else's claim being watched)
     MAX_REQUESTS = "max requests"  # max_requests claims taken, and all of them finished
-    SIGNAL = "signal"  # SIGTERM, SIGUSR1 or SIGINT: held claims are released at once
+    SIGNAL = "signal"  # SIGTERM, SIGUSR1, SIGUSR2 or SIGINT: held claims are released at once
     CRASHED = "crashed"  # a workload thread died of a bug
     INFRA = "infra errors"  # too many workload runs ended infra_error (answers.InfraWatch)
     ERROR = "error"  # the main loop itself raised

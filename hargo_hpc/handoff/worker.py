@@ -13,10 +13,10 @@ composed of parts that can be read one by one:
 * `exits`: why it stops (`ExitReason`), and the idle clock.
 
 The main loop rewrites the heartbeat and ends the worker on the stop sentinel, after
-`max_idle_s` without work, after `max_requests` claims, on SIGTERM / SIGUSR1 / SIGINT (Slurm's
-time limit, preemption, Ctrl-C), or when a workload thread crashed. Every held claim is then
-released at once (a `.released` marker next to it) so that another worker takes it over
-without waiting for the lease.
+`max_idle_s` without work, after `max_requests` claims, on SIGTERM / SIGUSR1 / SIGUSR2 / SIGINT
+(Slurm's time limit, submitit's signal, preemption, Ctrl-C), or when a workload thread
+crashed. Every held claim is then released at once (a `.released` marker next to it) so that
+another worker takes it over without waiting for the lease.
 
 The workload is any callable request-dict -> result-dict; the default is the real bench
 (`hargo_hpc.bench.run_request`). A workload exception or an `infra_error` record is an
@@ -229,7 +229,7 @@ class Worker:
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return {}
         return {sig: signal.signal(sig, self._on_signal)
-                for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+                for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)}
 
     def _restore_signals(self, previous: dict[int, Any]) -> None:
         for sig, handler in previous.items():

@@ -59,7 +59,8 @@ def render(job: str, overrides: tuple[str, ...], out_dir: str) -> None:
 @click.argument("overrides", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="print the scripts and the graph; submit nothing")
 @click.option("--executor", type=click.Choice(["slurm", "local"]), default="slurm",
-              show_default=True, help="sbatch on this cluster, or local processes (submitit)")
+              show_default=True, help="submitit's Slurm executor (this cluster), or its local "
+              "executor (processes here, the same jobs and dependencies)")
 @click.option("--wait", is_flag=True,
               help="follow the submission to its end; exit 1 if a job failed")
 @click.option("--resume", is_flag=True,
@@ -67,16 +68,12 @@ def render(job: str, overrides: tuple[str, ...], out_dir: str) -> None:
               "overrides): each run continues from its latest checkpoint")
 def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
            wait: bool, resume: bool) -> None:
-    """Submit the experiment JOB (after OVERRIDES): the bench worker array, the training
-    array (one task per [sweep] point), the stop and eval jobs chained after it. Writes
-    <run.dir>/<run.name>/ (run.json, scripts/, logs/, handoff/, the runs)."""
-    from hargo_hpc.slurm.submission import (
-        SubmitError,
-        graph,
-        render_job,
-        run_local,
-    )
-    from hargo_hpc.slurm.submission import submit as submit_plan
+    """Submit the experiment JOB (after OVERRIDES) through submitit: the SFT warm start, the
+    training array (one task per [sweep] point), the bench worker array, then the evaluation,
+    report and stop jobs chained after them. Writes <run.dir>/<run.name>/ (run.json, scripts/
+    as `hargo render` writes them, submitit/ with each job's logs, handoff/, the runs)."""
+    from hargo_hpc.slurm.submission import SubmitError, graph, render_job
+    from hargo_hpc.slurm.submitter import submit_plan
 
     plan = _plan(job, overrides, python=sys.executable if executor == "local" else None)
     if dry_run:
@@ -87,14 +84,8 @@ def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
         click.echo(graph(plan))
         return
     try:
-        if executor == "local":
-            if resume:
-                raise UsageFailure("--resume is for --executor slurm; a local run resumes "
-                                   "with `hargo train JOB --resume`")
-            manifest = run_local(plan, log=lambda line: click.echo(line, err=True))
-        else:
-            manifest = submit_plan(plan, log=lambda line: click.echo(line, err=True),
-                                   resume=resume)
+        manifest = submit_plan(plan, "local" if executor == "local" else "slurm",
+                               log=lambda line: click.echo(line, err=True), resume=resume)
     except SubmitError as err:
         raise UsageFailure(str(err)) from None
     click.echo(f"submission: {manifest.root}")

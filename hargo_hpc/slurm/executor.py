@@ -48,8 +48,9 @@ def slurm_parameters(
     additional parameters (the same limit, to the second) and, in whole minutes rounded up,
     into `timeout_min` (submitit's own timeout bookkeeping); `--signal`'s lead time becomes
     `slurm_signal_delay_s` (submitit sends its own signal, see hargo_hpc.slurm.options);
-    submitit writes `--array` and `--output` itself, so the list is built without them and
-    `array_parallelism` becomes `slurm_array_parallelism`.
+    submitit writes `--array`, `--output` and `--open-mode=append` itself, so the list is
+    built without the first two, the third is left to it, and `array_parallelism` becomes
+    `slurm_array_parallelism`.
     """
     params: dict[str, Any] = {"slurm_setup": list(setup)}
     extra: dict[str, Any] = {}
@@ -63,6 +64,8 @@ def slurm_parameters(
             extra["time"] = value
         elif name == "signal":
             params["slurm_signal_delay_s"] = signal_lead_s(value)
+        elif name == "open-mode":
+            continue  # submitit appends to its logs always
         else:
             extra[name.replace("-", "_")] = value or True
     params["slurm_array_parallelism"] = resources.array_parallelism or _NO_ARRAY_LIMIT
@@ -77,16 +80,30 @@ def make_executor(
     backend: Backend = "auto",
     job_name: str = "hargo",
     setup: Sequence[str] = (),
+    python: str | None = None,
+    to_steps: bool = False,
+    requeue: bool = False,
+    dependency: str = "",
+    max_requeues: int = 3,
 ) -> submitit.AutoExecutor:
-    """A submitit executor for one job kind; "auto" uses Slurm when `sbatch` is available."""
+    """A submitit executor for one job kind; "auto" uses Slurm when `sbatch` is available.
+
+    On Slurm: `slurm_parameters` of the resources, submitit's job script running `python`
+    (default: this interpreter), its stdout and stderr in one log per task, `dependency` (an
+    sbatch `--dependency` value; one that can never hold ends the job) and at most
+    `max_requeues` requeues after a time limit. Locally: one process per task (submitted
+    task, not rank), the name and the time limit."""
     cluster = None if backend == "auto" else backend
-    executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
-    params = slurm_parameters(resources, setup, job_name=job_name)
+    executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster,
+                                     slurm_max_num_timeout=max_requeues,
+                                     **({"slurm_python": python} if python else {}))
+    params = slurm_parameters(resources, setup, job_name=job_name, to_steps=to_steps,
+                              requeue=requeue)
     if executor.cluster == "slurm":
-        executor.update_parameters(**params)
-    else:  # the local executor: the generic parameters only
-        executor.update_parameters(
-            **{key: params[key] for key in ("name", "timeout_min", "cpus_per_task",
-                                             "tasks_per_node")}
-        )
+        if dependency:
+            params["slurm_additional_parameters"].update(dependency=dependency,
+                                                         kill_on_invalid_dep="yes")
+        executor.update_parameters(**params, slurm_stderr_to_stdout=True)
+    else:  # the local executor: the generic parameters it understands
+        executor.update_parameters(name=params["name"], timeout_min=params["timeout_min"])
     return executor

@@ -72,6 +72,13 @@ class JobEntry:
             return [str(part[0]) for part in self.parts]
         return [self.job_id] if self.job_id else []
 
+    def part_size(self, index: int) -> int:
+        """How many tasks the sbatch submission holding task `index` has."""
+        for _, first, count in self.parts:
+            if first <= index < first + count:
+                return int(count)
+        return self.tasks
+
     def locate(self, index: int) -> tuple[str, int]:
         """(Slurm job id, its array index) of the job's task `index`."""
         for job_id, first, count in self.parts:

@@ -6,14 +6,18 @@
 `hargo_hpc.slurm.executor.slurm_parameters` derives submitit's parameters from the same pairs,
 so a resource cannot reach one path and not the other.
 
-The time-limit warning: `--signal=B:USR1@60` sends SIGUSR1 to the batch shell 60 s before the
-limit (the bench worker template `exec`s the worker, which releases its claims on SIGUSR1);
-a job whose work runs in `srun` steps (training: `to_steps=True`) gets `--signal=USR1@60`,
-sent to every task of its steps, where the trainer checkpoints and exits 75. `requeue=True`
-adds `--requeue` (the training array: a task requeues itself after such a stop).
-Under submitit the same lead time becomes `slurm_signal_delay_s`; the signal itself is
-submitit's own (USR2 unless `SUBMITIT_PREEMPT_SIGNAL`), sent to the job steps, because
-submitit's handler in the job is what checkpoints and requeues there.
+The time-limit warning: `--signal=B:USR1@<lead>` sends SIGUSR1 to the batch shell
+`signal_lead_s` seconds before the limit (the bench worker template `exec`s the worker, which
+releases its claims on SIGUSR1); a job whose work runs in `srun` steps (training:
+`to_steps=True`) gets `--signal=USR1@<lead>`, sent to every task of its steps, where the
+trainer checkpoints and exits 75. `requeue=True` adds `--requeue` (the training array: a task
+requeues itself after such a stop). Under submitit the same lead becomes
+`slurm_signal_delay_s`; the signal itself is submitit's own (USR2 unless
+`SUBMITIT_PREEMPT_SIGNAL`), sent to the job steps, because submitit's handler in the job is
+what checkpoints and requeues there (`entrypoints.Resumable`).
+
+`JOB_ENVIRONMENT`: the shell lines every job runs before its command, in the scripts and in
+submitit's job files alike.
 """
 
 from __future__ import annotations
@@ -26,7 +30,12 @@ from hargo_hpc.config import JobResources
 Option = tuple[str, str]
 
 TIME_SIGNAL = "USR1"
-SIGNAL_LEAD_S = 60
+# one thread per CPU the task holds; the hub offline (the models are local directories)
+JOB_ENVIRONMENT = (
+    'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+    'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"',
+    'export HF_DATASETS_OFFLINE="${HF_DATASETS_OFFLINE:-1}"',
+)
 
 # Options that always come from somewhere other than `extra`, and where they come from.
 _OWNED = {
@@ -39,7 +48,7 @@ _OWNED = {
     "time": "time",
     "array": "the job's array (array_parallelism for its %limit)",
     "output": "the job's log directory",
-    "signal": f"fixed: {TIME_SIGNAL} {SIGNAL_LEAD_S} s before the time limit",
+    "signal": f"{TIME_SIGNAL}, signal_lead_s before the time limit",
     "requeue": "the job kind (training arrays requeue)",
     "open-mode": "the job kind (append for the requeued training array)",
 }
@@ -114,7 +123,7 @@ def sbatch_options(
     if requeue:  # a requeued task appends to its log instead of truncating it
         options += [("requeue", ""), ("open-mode", "append")]
     target = "" if to_steps else "B:"
-    options.append(("signal", f"{target}{TIME_SIGNAL}@{SIGNAL_LEAD_S}"))
+    options.append(("signal", f"{target}{TIME_SIGNAL}@{res.signal_lead_s}"))
     return options
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import jinja2
 
 from hargo_hpc.config import JobResources
-from hargo_hpc.slurm.options import sbatch_line, sbatch_options
+from hargo_hpc.slurm.options import JOB_ENVIRONMENT, sbatch_line, sbatch_options
 
 TEMPLATE_DIR_ENV = "HARGO_TEMPLATE_DIR"
 TEMPLATE_PACKAGE = "hargo_hpc.slurm"
@@ -61,7 +61,8 @@ def render_script(
     range such as "0-7"; `setup` shell lines run before the command (modules, venv);
     `to_steps` / `requeue` as in `sbatch_options`.
     Templates get `sbatch_lines` (the `#SBATCH` lines), `res` (the resources), `job_name`,
-    `command`, `log_dir`, `array`, `setup` and `variables`.
+    `command`, `log_dir`, `array`, `setup`, `environment` (options.JOB_ENVIRONMENT) and
+    `variables`.
     """
     loader, where = template_loader()
     env = jinja2.Environment(
@@ -83,12 +84,14 @@ def render_script(
             log_dir=str(log_dir),
             array=array,
             setup=list(setup),
+            environment=list(JOB_ENVIRONMENT),
             **variables,
         )
     except jinja2.UndefinedError as err:  # a site template asking for what nobody sets
         raise ValueError(f"sbatch template {template!r} from {where}: {err.message}; the "
-                         f"variables it gets: job_name, res, sbatch_lines, command, log_dir, "
-                         f"array, setup, {', '.join(sorted(variables)) or '(no others)'}"
+                         "variables it gets: job_name, res, sbatch_lines, command, log_dir, "
+                         f"array, setup, environment, "
+                         f"{', '.join(sorted(variables)) or '(no others)'}"
                          ) from None
     except jinja2.TemplateNotFound as err:  # the template, or one it extends
         have = ", ".join(template_names()) or "none"

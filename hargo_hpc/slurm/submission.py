@@ -25,20 +25,18 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             exit); an evaluation cancelled for a failed training counts as ended
 
 Every job's command is built here, once (`PlannedJob.commands`, one argv per array task): the
-batch templates select theirs by `SLURM_ARRAY_TASK_ID`, the local executor runs it as is.
-`submit` (sbatch: `--test-only` for every script first, then the jobs in dependency order;
-a refusal cancels what was submitted) and `run_local` (submitit's local executor, the same
-commands, the chain kept by waiting) write the manifest (`run.json`).
+batch templates (`hargo render`) select theirs by `SLURM_ARRAY_TASK_ID`; `submitter` hands
+each to a submitit executor as an entry point (`entrypoints`), on Slurm or as local
+processes, walking the same `after` edges. The sft and train tasks run with `--resume`
+(a fresh run starts at step 0, a restarted one continues from its checkpoint).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
 import shlex
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,11 +54,9 @@ from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
-from hargo_hpc.slurm.options import minutes
 from hargo_hpc.slurm.render import render_script
 
 REPORT = "report"  # the submission's report directory, under its root
-MAX_REQUEUES = 3  # a training task requeues itself at most this often after a stop
 SCRIPTS, LOGS, HANDOFF = "scripts", "logs", "handoff"
 
 
@@ -178,13 +174,14 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
     jobs = []
     if config.sft.steps:
         jobs.append(PlannedJob("sft", "sft.sh.j2", slurm.train,
-                               [[*hargo, "sft", str(r.sft_config_file), "--if-needed"]
+                               [[*hargo, "sft", str(r.sft_config_file)]
                                 for r in runs if r.sft_config_file is not None],
-                               to_steps=True))
+                               to_steps=True, requeue=True,
+                               variables={"max_requeues": slurm.train.max_requeues}))
     jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
                            [[*hargo, "train", str(r.config_file)] for r in runs],
                            to_steps=True, requeue=True,
-                           variables={"max_requeues": MAX_REQUEUES},
+                           variables={"max_requeues": slurm.train.max_requeues},
                            after=[("afterok", "sft")] if config.sft.steps else []))
     if handoff_dir is not None:
         worker = [*hargo, "worker", "--handoff", str(handoff_dir), "--config",
@@ -331,24 +328,6 @@ def git_revision() -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-Runner = Callable[[list[str]], str]
-
-
-def _sbatch(argv: list[str]) -> str:
-    """Run one sbatch command line; its stdout. SubmitError with Slurm's own message."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise SubmitError("sbatch not found: this is not a Slurm login node; run the same "
-                          "jobs here with `--executor local`") from None
-    except subprocess.TimeoutExpired:
-        raise SubmitError(f"{shlex.join(argv)}: no answer from Slurm in 60 s") from None
-    if done.returncode != 0:
-        message = " ".join((done.stderr or done.stdout).split())
-        raise SubmitError(f"sbatch refused {Path(argv[-1]).name}: {message}")
-    return done.stdout + done.stderr
-
-
 def check_resumable(plan: Plan) -> None:
     """SubmitError unless `plan.root` holds a submission of the same runs (config hashes)
     none of whose jobs is still queued or running; then the handoff's old stop sentinel is
@@ -375,77 +354,6 @@ def check_resumable(plan: Plan) -> None:
         (plan.handoff_dir / "STOP").unlink(missing_ok=True)
 
 
-def submit(plan: Plan, *, run: Runner = _sbatch, log: Callable[[str], object] = print,
-           resume: bool = False) -> Manifest:
-    """Submit every job of `plan` with sbatch (module docstring); return the saved manifest.
-
-    Every script first passes `sbatch --test-only` (an unknown partition, account or QoS is
-    Slurm's own message before anything runs). A later refusal cancels every job already
-    submitted and raises SubmitError. `resume`: submit again into an existing submission
-    (`check_resumable`); the training tasks run `hargo train --resume` (HARGO_RESUME=1), so
-    each run continues from its latest checkpoint and a finished one ends at once."""
-    if resume:
-        check_resumable(plan)
-    else:
-        check_fresh(plan)
-    write_run_configs(plan)
-    scripts = write_scripts(plan)
-    plan.log_dir.mkdir(parents=True, exist_ok=True)
-    if plan.handoff_dir is not None:
-        plan.handoff_dir.mkdir(parents=True, exist_ok=True)
-    limit = max_array_size()
-    for job in plan.jobs:  # a job in parts: its first part's shape
-        first = [f"--array=0-{min(job.tasks, limit) - 1}"] if job.tasks > limit else []
-        run(["sbatch", "--test-only", *first, str(scripts[job.name])])
-    manifest = manifest_of(plan, "slurm")
-    ids: dict[str, list[str]] = {}
-    try:
-        for job, entry in zip(plan.jobs, manifest.jobs, strict=True):
-            dependency = ",".join(_dependency(kind, ids[name]) for kind, name in job.after)
-            parts = split_array(job.tasks, limit)
-            for first, count in parts:
-                argv, env = ["sbatch", "--parsable"], []
-                if len(parts) > 1:  # indices 0..count-1 of this part, offset in the script
-                    percent = job.resources.array_parallelism
-                    argv.append(f"--array=0-{count - 1}" + (f"%{percent}" if percent else ""))
-                    env.append(f"HARGO_ARRAY_OFFSET={first}")
-                if resume and job.name == "train":
-                    env.append("HARGO_RESUME=1")
-                if env:
-                    argv.append("--export=ALL," + ",".join(env))
-                if dependency:  # a dependency that can never be met ends the job
-                    argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=yes"]
-                out = run([*argv, str(scripts[job.name])])
-                job_id = out.strip().splitlines()[-1].split(";")[0]
-                ids.setdefault(job.name, []).append(job_id)
-                if len(parts) > 1:
-                    entry.parts.append([job_id, first, count])
-            entry.job_id, entry.dependency = ids[job.name][0], dependency
-            shown = ", ".join(ids[job.name])
-            log(f"submitted {job.name}: job {shown} ({job.tasks} task(s) on "
-                f"{job.resources.partition}{', ' + dependency if dependency else ''})")
-    except SubmitError as err:
-        if ids:
-            every = [job_id for part in ids.values() for job_id in part]
-            subprocess.run(["scancel", *every], capture_output=True, timeout=60)
-            raise SubmitError(f"{err}; cancelled the jobs already submitted "
-                              f"({', '.join(every)})") from None
-        raise
-    finally:
-        if ids:
-            manifest.save()
-    return manifest
-
-
-def _dependency(kind: str, job_ids: list[str]) -> str:
-    """sbatch's form: `after` waits for the array's first task to start, the others for the
-    whole array, every part of it (afterok: every task succeeded; afterany: every task
-    ended)."""
-    if kind == "after":
-        return f"after:{job_ids[0]}_0"
-    return f"{kind}:" + ":".join(job_ids)
-
-
 def split_array(tasks: int, limit: int) -> list[tuple[int, int]]:
     """(first task, tasks) of each part of an array of `tasks` under a cluster whose arrays
     hold at most `limit` tasks: one part when it fits."""
@@ -465,80 +373,3 @@ def max_array_size() -> int:
         if name.strip() == "MaxArraySize" and value.strip().isdigit():
             return max(1, int(value))
     return 1001
-
-
-# ---------------------------------------------------------------- the local executor
-
-
-def run_local(plan: Plan, *, log: Callable[[str], object] = print) -> Manifest:
-    """Run the jobs as local processes through submitit's local executor: the workers, the
-    training runs, then (training done) the evaluations, the report and the stop sentinel; the
-    manifest holds submitit's job ids. SubmitError naming the first job that failed and its log."""
-    import submitit
-    from submitit.helpers import CommandFunction
-
-    check_fresh(plan)
-    write_run_configs(plan)
-    write_scripts(plan)
-    if plan.handoff_dir is not None:
-        plan.handoff_dir.mkdir(parents=True, exist_ok=True)
-    manifest = manifest_of(plan, "local")
-    folder = plan.root / "submitit"
-    env = {**os.environ, "OMP_NUM_THREADS": str(1), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
-    started: dict[str, list[Any]] = {}
-
-    def start(job: PlannedJob) -> list[Any]:
-        executor = submitit.AutoExecutor(folder=str(folder / job.name), cluster="local")
-        executor.update_parameters(timeout_min=minutes(job.resources.time),
-                                   name=plan.job_name(job))
-        handles = [executor.submit(CommandFunction(argv, env=env, verbose=False))
-                   for argv in job.commands]
-        entry = manifest.job(job.name)
-        entry.job_id = ",".join(str(h.job_id) for h in handles)
-        entry.log = str(folder / job.name / "%j_0_log.out")
-        manifest.save()
-        log(f"started {job.name}: {job.tasks} local process(es)")
-        started[job.name] = handles
-        return handles
-
-    try:
-        if plan.handoff_dir is not None:
-            start(plan.job("bench"))
-        training = start(plan.job("train"))
-        failed: SubmitError | None = None
-        try:
-            _wait(plan.job("train"), training, log)
-        except SubmitError as err:  # afterany: the workers are stopped all the same
-            failed = err
-        if failed is None:  # afterok: no evaluation of a failed training, no report of it
-            try:
-                _wait(plan.job("eval"), start(plan.job("eval")), log)
-                _wait(plan.job("report"), start(plan.job("report")), log)
-            except SubmitError as err:
-                failed = err
-        if plan.handoff_dir is not None:  # afterany: the workers are stopped all the same
-            _wait(plan.job("stop"), start(plan.job("stop")), log)
-            _wait(plan.job("bench"), started["bench"], log)
-        if failed is not None:
-            raise failed
-    finally:
-        for handles in started.values():
-            for handle in handles:
-                if not handle.done():
-                    handle.cancel()
-    return manifest
-
-
-def _wait(job: PlannedJob, handles: list[Any], log: Callable[[str], object]) -> None:
-    for index, handle in enumerate(handles):
-        try:
-            handle.result()
-        except Exception as err:  # submitit re-raises the job's failure here
-            first = str(err).strip().splitlines()
-            raise SubmitError(f"job {job.name} task {index} failed "
-                              f"({first[-1] if first else type(err).__name__}); log: "
-                              f"{handle.paths.stderr}") from None
-    log(f"{job.name}: {len(handles)} task(s) done")
-
-

@@ -476,13 +476,17 @@ def log_path(manifest: Manifest, job: JobEntry, index: int) -> Path:
 
     %j is the task's own job id: the local executor records one id per task, comma-separated
     in `job_id` (submitit's `%j_0_log.out`); for a single id it is that id. A job submitted
-    in parts (MaxArraySize) has its part's id as %A and the index within the part as %a."""
+    in parts (MaxArraySize) has its part's id as %A and the index within the part as %a; a
+    part of one task is a plain job (submitit submits no array of one), its log `%j`."""
     ids = job.job_id.split(",")
     own = ids[index] if len(ids) > 1 and index < len(ids) else job.job_id
     array_id, array_index = job.locate(index)  # a job in parts: the part's id and index
+    pattern = job.log
+    if job.part_size(index) == 1:  # a part of one task went out as a plain job: no %A_%a
+        pattern, own = pattern.replace("%A_%a", "%j"), array_id
     values = {"A": array_id, "a": str(array_index), "j": own,
               "x": f"{manifest.name}-{job.name}", "%": "%"}
-    return Path(re.sub(r"%([Aajx%])", lambda m: values[m.group(1)], job.log))
+    return Path(re.sub(r"%([Aajx%])", lambda m: values[m.group(1)], pattern))
 
 
 def log_files(manifest: Manifest, job: str | None = None, task: int | None = None) -> list[Path]:

@@ -5,8 +5,8 @@ the config, call `train.loop`, print one progress line per step and where the ou
 ML stack is imported only when a command runs (`hargo --help` stays light).
 
 Exit codes: 0 done; 2 bad input (`error: <one line>`, nothing overwritten); 75 (EX_TEMPFAIL)
-stopped by SIGUSR1/SIGTERM after writing a checkpoint: run the same command with `--resume`
-(an sbatch script can requeue on it).
+stopped by SIGUSR1/SIGUSR2/SIGTERM after writing a checkpoint: run the same command with
+`--resume` (a batch script or submitit requeues on it).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 
 from hargo_hpc.cli_support import CONTEXT, UsageFailure
 from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+from hargo_hpc.train import early_stop
 
 
 def _config(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
@@ -83,8 +84,10 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     """Train JOB (jobs/*.toml) after OVERRIDES (section.key=value ...).
 
     Writes <run.dir>/<run.name>/: metrics.jsonl, rollouts/, checkpoints/, export/ (an HF
-    directory). Exit 75 after SIGUSR1/SIGTERM: a checkpoint is written, rerun with --resume.
+    directory). Exit 75 after SIGUSR1/SIGUSR2/SIGTERM: a checkpoint is written, rerun with
+    --resume.
     """
+    early_stop.catch()  # a stop while torch loads: remembered (train.early_stop)
     cfg = _config(job, overrides)
     from hargo_hpc.train import loop
 
@@ -113,33 +116,35 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
 @click.command("sft", context_settings=CONTEXT)
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("--if-needed", is_flag=True,
-              help="exit 0 at once when <run dir>/sft/ holds a finished SFT run (a resubmitted "
-              "job); without it such a directory is refused")
-def sft(job: str, overrides: tuple[str, ...], if_needed: bool) -> None:
+@click.option("--resume", is_flag=True,
+              help="continue a stopped SFT from its checkpoint (<run dir>/sft/checkpoints/); a "
+              "finished one ends at once; a fresh directory starts at step 0")
+def sft(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     """Supervised fine-tuning of JOB's model on its tasks' reference answers (GEMM: the SFT
     corpus) for sft.steps steps at sft.lr, into <run dir>/sft/ (metrics.jsonl, export/).
-    Start RL from it with model.path=<run dir>/sft/export."""
+    Start RL from it with model.path=<run dir>/sft/export. Exit 75 after SIGUSR1/SIGUSR2/
+    SIGTERM: a checkpoint is written, rerun with --resume."""
+    early_stop.catch()  # a stop while torch loads: remembered (train.early_stop)
     cfg = _config(job, overrides)
     from hargo_hpc.train import loop
-
-    finished = cfg.layout().sft.finished
-    if if_needed and finished.is_file():
-        click.echo(f"{finished.parent}: SFT finished already; nothing to do")
-        return
 
     steps = cfg.sft.steps
     try:
         with _quiet_stdout() as echo:
-            result = loop.sft_run(cfg, log=_log, on_step=lambda r: echo(
+            result = loop.sft_run(cfg, resume=resume, log=_log, on_step=lambda r: echo(
                 f"sft step {r['step']}/{steps}  loss {r['loss']:.4f}  "
                 f"tokens {int(r['tokens'])}  {r['timing_s/step']:.2f} s"))
     except _user_errors() as err:
         raise UsageFailure(str(err)) from None
+    if result.already_finished:
+        click.echo(f"{result.run_dir}: SFT finished already; nothing to do")
+        return
     click.echo(f"metrics: {result.metrics}")
-    click.echo(f"export: {result.export}")
     if result.interrupted:
+        click.echo(f"stopped after step {result.step}: checkpoint {result.checkpoint}; "
+                   f"continue with `hargo sft {job} {' '.join(overrides)} --resume`")
         sys.exit(loop.EXIT_REQUEUE)
+    click.echo(f"export: {result.export}")
     from hargo_hpc.train.backend import distributed
 
     if cfg.sft.check_examples and distributed.detect().is_main:  # one rank checks

@@ -9,9 +9,15 @@ Around the steps `train` validates the config (one-line `TrainError`), claims th
 (a finished run is refused without `resume`; a resume must have the same config hash), loads
 data, models and the engine (`train.setup`), runs the SFT warm start (`sft.steps` at `sft.lr`,
 `train.sft_run`), and writes metrics, rollouts, checkpoints (every `save_every` steps, at the
-end, and on SIGUSR1/SIGTERM, after which it returns `interrupted`: the CLI exits with
+end, and on SIGUSR1/SIGUSR2/SIGTERM, after which it returns `interrupted`: the CLI exits with
 `EXIT_REQUEUE`) and the HF export. docs/training.md has the layout of the run directory and
 every metric.
+
+A stop request is honoured at the next phase boundary, not only at the end of a step: with one
+step in flight (max_staleness 0) right after its generation, and during its wait for bench
+results; the checkpoint then holds the steps done and that step in flight (its completions,
+their rewards asked of the handoff again on resume), so a resumed run is the uninterrupted
+one. With max_staleness 1 two steps are in flight, and the stop comes at the end of the step.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from hargo_hpc.train.run import (
     Log,
     LoopState,
     RunContext,
+    StepInterrupted,
     StopSignals,
     TrainError,
     TrainResult,
@@ -104,32 +111,51 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                            already_finished=True)
     seed_everything(config.run.seed)
     data = load_data(config, log)
+    stop = StopSignals()
     ctx, state, workers = _start(config, paths, algorithm, accum, env, data, checkpoint,
-                                 log=log, progress=progress)
+                                 stop=stop, log=log, progress=progress)
     t, main = config.training, env.is_main
     saved: Path | None = checkpoint
     writing = (m.MetricsWriter(paths.metrics, paths.tensorboard) if main
                else contextlib.nullcontext(DiscardWriter()))
-    with workers or contextlib.nullcontext(), StopSignals() as stop, writing as writer:
+    with workers or contextlib.nullcontext(), stop, writing as writer:
         if state.step == 0 and config.sft.steps:
             warm_start(ctx, data, paths.sft.metrics, config.sft.steps, stop, log)
             if stop.requested:
                 return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
-        in_flight = _in_flight(ctx, state, data, checkpoint)  # max_staleness 1: the next step
+        in_flight = _in_flight(ctx, state, data, checkpoint)  # a step saved in flight
+
+        def stop_in_flight(rollout: Rollout) -> TrainResult:
+            """Checkpoint the steps done and `rollout` in flight (resumed from its rewards)."""
+            saved = ctx.engine.save_checkpoint(
+                paths.checkpoints, f"step_{state.step:06d}",
+                state.trainer_state(config_hash).to_dict(), rollout.state_dict())
+            log(f"{stop.requested}: stopped in step {rollout.step}; checkpoint {saved} "
+                "written; continue with --resume")
+            return TrainResult(paths.root, paths.metrics, state.step, saved, None,
+                               interrupted=True)
+
         for step in range(state.step + 1, t.steps + 1):
             rollout = in_flight if in_flight is not None else start_step(ctx, state, step)
             in_flight = (start_step(ctx, state, step + 1)  # overlaps the bench's work on `step`
                          if config.rollout.max_staleness and step < t.steps else None)
-            record, rows = finish_step(ctx, state, rollout)
+            if in_flight is None:  # one step in flight: a stop may come between its phases
+                if env.world_size > 1:
+                    stop.requested = _agreed(stop.requested)
+                if stop.requested:
+                    return stop_in_flight(rollout)
+            try:
+                record, rows = finish_step(ctx, state, rollout)
+            except StepInterrupted:  # the reward wait, cut short (only with nothing else in flight)
+                return stop_in_flight(rollout)
             state.step = step
             writer.write(record)
             if main:
                 m.write_rollouts(paths.rollouts(step), rows)
             if on_step is not None and main:
                 on_step(record)
-            if env.world_size > 1:  # a signal seen by any rank stops them all, after one step
-                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
-                                       if s), None)
+            if env.world_size > 1:  # a signal seen by any rank stops them all
+                stop.requested = _agreed(stop.requested)
             if (t.save_every and step % t.save_every == 0) or stop.requested:
                 saved = ctx.engine.save_checkpoint(
                     paths.checkpoints, f"step_{step:06d}",
@@ -153,8 +179,8 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
 
 
 def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgorithm, accum: int,
-           env: distributed.DistEnv, data: Data, checkpoint: Path | None, *, log: Log,
-           progress: bool) -> tuple[RunContext, LoopState, LocalWorkers | None]:
+           env: distributed.DistEnv, data: Data, checkpoint: Path | None, *, stop: StopSignals,
+           log: Log, progress: bool) -> tuple[RunContext, LoopState, LocalWorkers | None]:
     """Models, the engine, the sampler, the weighting and SQD (their state from `checkpoint`
     on resume), rank 0's reward router and local bench workers (not started yet): what the
     steps share (`RunContext`), what they change (`LoopState`), and the workers."""
@@ -199,6 +225,8 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     router = RewardRouter(  # rank 0 scores every rank's completions (finish_step)
         data.tasks, handoff_dir=handoff_dir, log=log, progress=progress,
         handoff_settings=config.handoff, liveness=None if workers is None else workers.check,
+        # a stop cuts the reward wait short only when no later step is in flight already
+        should_stop=None if r.max_staleness else lambda: stop.requested is not None,
     ) if env.is_main else None
     sampling = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                               top_p=r.top_p, stop=tuple(r.stop))
@@ -231,10 +259,16 @@ def _local_workers(config: ExperimentConfig, handoff_dir: Path | None,
                         handoff=config.handoff, log=log)
 
 
+def _agreed(requested: str | None) -> str | None:
+    """Every rank's stop request, gathered: a signal seen by any rank stops them all at the
+    same point."""
+    return next((s for s in distributed.gather_objects(requested) if s), None)
+
+
 def _in_flight(ctx: RunContext, state: LoopState, data: Data,
                checkpoint: Path | None) -> Rollout | None:
-    """The step a checkpoint saved in flight (rollout.max_staleness 1), its rewards submitted
-    again; None without one."""
+    """The step a checkpoint saved in flight (with rollout.max_staleness 1, or stopped between
+    its phases), its rewards submitted again; None without one."""
     saved = None if checkpoint is None else ckpt.read_loop_state(checkpoint, distributed.rank())
     if saved is None:
         return None

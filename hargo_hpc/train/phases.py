@@ -34,7 +34,7 @@ from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.model.logprobs import token_logprobs
 from hargo_hpc.train.rollout.generate import Generations
 from hargo_hpc.train.rollout.generated import Rollout
-from hargo_hpc.train.run import LoopState, RunContext
+from hargo_hpc.train.run import LoopState, RunContext, StepInterrupted
 from hargo_hpc.train.updates import UPDATES, UpdateBatch
 
 if TYPE_CHECKING:
@@ -99,10 +99,20 @@ def submit_rewards(ctx: RunContext, state: LoopState, rollout: Rollout) -> Any:
 
 def collect_rewards(ctx: RunContext, state: LoopState, rollout: Rollout) -> RewardBatch:
     """The RewardBatch of the whole step: rank 0 waits for it and the others receive it; under
-    SQD the results go to SQD (`SqdRun.observe`, which may set a penalty) on every rank."""
-    batch = (ctx.router.collect(rollout.pending)
-             if distributed.is_main() and ctx.router is not None else None)
+    SQD the results go to SQD (`SqdRun.observe`, which may set a penalty) on every rank. A stop
+    request during the wait (`RewardRouter.should_stop`) raises StepInterrupted on every rank,
+    before anything of the step is kept."""
+    from hargo_hpc.train.rollout.rewards import WaitInterrupted
+
+    batch: RewardBatch | str | None = None
+    if distributed.is_main() and ctx.router is not None:
+        try:
+            batch = ctx.router.collect(rollout.pending)
+        except WaitInterrupted as err:
+            batch = f"interrupted: {err}"
     batch = distributed.broadcast_object(batch)
+    if isinstance(batch, str):
+        raise StepInterrupted(batch)
     if state.sqd is not None:
         state.sqd.observe(rollout.step, rollout.rows(), rollout.texts, rollout.stages, batch)
     return batch

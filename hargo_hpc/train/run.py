@@ -22,6 +22,7 @@ from hargo_hpc.sqd import SqdError, StageSpec
 from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.prompts import build_prompt
 from hargo_hpc.tasks.split import MixtureSampler
+from hargo_hpc.train import early_stop
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.rollout.generate import GenerationBackend, SamplingParams
 from hargo_hpc.train.sqd_run import SqdRun
@@ -155,14 +156,20 @@ class Data:
     train: dict[str, list[Example]]  # by task, the training split
 
 
-class StopSignals:
-    """SIGUSR1 and SIGTERM (Slurm's time limit, preemption) set `requested` instead of killing:
-    the loop checkpoints at the end of the step and returns. Handlers restored on exit."""
+class StepInterrupted(Exception):
+    """A stop request ended the step's reward wait (`phases.collect_rewards`, every rank): the
+    loop checkpoints the step in flight and returns."""
 
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+class StopSignals:
+    """SIGUSR1, SIGUSR2 and SIGTERM (Slurm's time limit, submitit's signal, preemption) set
+    `requested` instead of killing: the loop checkpoints at its next phase boundary and
+    returns. Handlers restored on exit. A signal caught before (`early_stop`) counts."""
+
+    SIGNALS = early_stop.SIGNALS
 
     def __init__(self) -> None:
-        self.requested: str | None = None
+        self.requested: str | None = early_stop.take()  # one that came while loading
         self._old: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:

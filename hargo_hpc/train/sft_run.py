@@ -1,5 +1,10 @@
 """The SFT warm start before RL (`sft.steps` at `sft.lr`) and `hargo sft` (`sft_run`): SFT steps
 on the tasks' reference answers and GEMM's corpus (the batches and the loss: `train.sft`).
+
+`hargo sft` stops on SIGUSR1/SIGUSR2/SIGTERM after the step in progress, writes a checkpoint
+(`<run dir>/sft/checkpoints/`: the engine, the RNG states, the step and the row sampler's
+position) and returns `interrupted`; `sft_run(..., resume=True)` continues from it to the same
+end as an uninterrupted run, and ends at once when the SFT has finished.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from hargo_hpc.config import ExperimentConfig, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.train import metrics as m
+from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
@@ -74,14 +80,17 @@ def warm_start(ctx: RunContext, data: Data, path: Path, steps: int, stop: StopSi
 def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftItem], *,
              seed: int, steps: int, accum: int, micro_batch_size: int,
              max_target_tokens: int, path: Path, stop: StopSignals | None = None,
-             on_step: Callable[[dict[str, Any]], object] | None = None) -> None:
-    """SFT steps of W × accum × micro_batch_size rows each (W ranks, every one drawing the same
-    rows and training on its contiguous share), one metrics line per step from rank 0."""
-    sampler = SftSampler(items, seed)
+             on_step: Callable[[dict[str, Any]], object] | None = None,
+             sampler: SftSampler | None = None, done: int = 0) -> tuple[int, SftSampler]:
+    """SFT steps `done`+1 .. `steps` of W × accum × micro_batch_size rows each (W ranks, every
+    one drawing the same rows and training on its contiguous share; `sampler` continues a
+    stopped run's rows), one metrics line per step from rank 0. Returns the last step done
+    (fewer than `steps` after a stop) and the sampler."""
+    sampler = sampler or SftSampler(items, seed)
     world, rank = distributed.world_size(), distributed.rank()
     main = rank == 0
     with m.MetricsWriter(path) if main else contextlib.nullcontext(DiscardWriter()) as writer:
-        for step in range(1, steps + 1):
+        for step in range(done + 1, steps + 1):
             start, lr = time.perf_counter(), engine.lr
             rows = split(sampler.batch(world * accum * micro_batch_size), world)[rank]
             batch = build_sft_batch(rows, tokenizer, prompt_format,
@@ -92,20 +101,23 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
                       "learning_rate": lr,
                       "timing_s/step": time.perf_counter() - start}
             writer.write(record)
+            done = step
             if on_step is not None and main:
                 on_step(record)
             if stop is not None and world > 1:  # a signal seen by any rank stops them all
                 stop.requested = next((s for s in distributed.gather_objects(stop.requested)
                                        if s), None)
             if stop is not None and stop.requested:
-                return
+                break
+    return done, sampler
 
 
-def sft_run(config: ExperimentConfig, *, log: Log = print,
+def sft_run(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
             on_step: Callable[[dict[str, Any]], object] | None = None) -> TrainResult:
     """`hargo sft`: sft.steps SFT steps at sft.lr from model.path into `<run dir>/sft/`
-    (metrics.jsonl, config.toml, the HF export in export/). Under several ranks every rank
-    calls it (the process group as in `train`)."""
+    (metrics.jsonl, config.toml, the HF export in export/); `resume`: continue a stopped one
+    (module docstring). Under several ranks every rank calls it (the process group as in
+    `train`)."""
     if config.sft.steps < 1:
         raise TrainError("sft.steps is 0: set it to the number of SFT steps")
     env = distributed.detect()
@@ -117,21 +129,34 @@ def sft_run(config: ExperimentConfig, *, log: Log = print,
     if own_group:
         distributed.init(env)
     try:
-        return _sft_run(config, accum, log=log if env.is_main else quiet, on_step=on_step)
+        return _sft_run(config, accum, resume=resume, log=log if env.is_main else quiet,
+                        on_step=on_step)
     finally:
         if own_group:
             distributed.teardown()
 
 
-def _sft_run(config: ExperimentConfig, accum: int, *, log: Log,
+def _sft_run(config: ExperimentConfig, accum: int, *, resume: bool, log: Log,
              on_step: Callable[[dict[str, Any]], object] | None) -> TrainResult:
     t = config.training
     paths = RunLayout(config.run_dir()).sft
-    taken = paths.finished.is_file() or paths.metrics.is_file()
+    config_hash = ckpt.config_hash(config.to_toml())
+    finished = paths.finished.is_file()
+    taken = finished or paths.metrics.is_file()
+    checkpoint = ckpt.latest_checkpoint(paths.checkpoints)
     distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
-    if taken:
-        raise TrainError(f"{paths.root} holds an SFT run already; set another run.name / "
-                         "run.dir or remove it")
+    if finished and resume:
+        done = json.loads(paths.finished.read_text())
+        return TrainResult(paths.root, paths.metrics, int(done["step"]), None,
+                           Path(done["export"]), already_finished=True)
+    if taken and not resume:
+        raise TrainError(f"{paths.root} holds an SFT run already; continue it with --resume, "
+                         "or set another run.name / run.dir")
+    if checkpoint is not None:
+        try:
+            ckpt.check_resume(paths.checkpoints, config_hash, paths.root)
+        except ckpt.CheckpointError as err:
+            raise TrainError(str(err)) from None
     seed_everything(config.run.seed)
     data = load_data(config, log)
     policy, tokenizer, _ = load_models(config, needs_reference=False)
@@ -141,19 +166,31 @@ def _sft_run(config: ExperimentConfig, accum: int, *, log: Log,
     if main:
         save_resolved(config, paths.root)
     engine = build_run_engine(config, policy, accum, config.sft.steps, paths.root, sft_only=True)
-    with StopSignals() as stop:
-        sft_loop(engine, tokenizer, prompt_format, items, seed=config.run.seed,
-                 steps=config.sft.steps, accum=accum, micro_batch_size=t.micro_batch_size,
-                 max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics,
-                 stop=stop, on_step=on_step)
-    export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
-    steps = len(m.read_records(paths.metrics)) if main else 0
+    sampler, done = SftSampler(items, config.run.seed), 0
+    if checkpoint is not None:
+        saved = engine.load_checkpoint(paths.checkpoints, checkpoint.name)
+        sampler.load_state_dict(saved["sampler"])
+        done = int(saved["step"])
+        log(f"SFT resumes after step {done} ({checkpoint})")
     if main:
-        write_atomic(paths.finished, json.dumps({"step": steps, "export": str(export),
+        m.truncate_after(paths.metrics, done)
+    with StopSignals() as stop:
+        done, sampler = sft_loop(
+            engine, tokenizer, prompt_format, items, seed=config.run.seed,
+            steps=config.sft.steps, accum=accum, micro_batch_size=t.micro_batch_size,
+            max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics, stop=stop,
+            on_step=on_step, sampler=sampler, done=done)
+    if stop.requested:
+        saved_at = engine.save_checkpoint(paths.checkpoints, f"step_{done:06d}", {
+            "step": done, "sampler": sampler.state_dict(), "config_hash": config_hash})
+        log(f"{stop.requested}: SFT checkpoint {saved_at} written; continue with --resume")
+        return TrainResult(paths.root, paths.metrics, done, saved_at, None, interrupted=True)
+    export = export_model(engine, tokenizer, paths.export, lora=bool(config.model.lora_r))
+    if main:
+        write_atomic(paths.finished, json.dumps({"step": done, "export": str(export),
                                                  "metrics": str(paths.metrics)}, indent=1) + "\n")
     distributed.barrier()
-    return TrainResult(paths.root, paths.metrics, steps, None, export,
-                       interrupted=bool(stop.requested))
+    return TrainResult(paths.root, paths.metrics, done, None, export)
 
 
 def sft_sample_texts(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int,

@@ -79,7 +79,8 @@ def test_template_and_submitit_carry_the_same_options(shape: str, tmp_path: Path
     for name in SUBMITIT_OWNED:
         sub.pop(name, None)
     # the time warning: the same lead time; each path its own signal and receiver
-    assert signal_lead_s(mine["signal"]) == signal_lead_s(sub["signal"]) == 60
+    assert signal_lead_s(mine["signal"]) == signal_lead_s(sub["signal"]) \
+        == resources.signal_lead_s
     assert mine.pop("signal").split("@")[0] == "B:USR1"  # to the batch shell (exec'd worker)
     assert sub.pop("signal").split("@")[0] == JobEnvironment.USR_SIG  # submitit's handler
     if array and not resources.array_parallelism:  # "no limit": submitit writes %<tasks>
@@ -106,7 +107,7 @@ def test_submitit_parameters_come_from_the_options() -> None:
     params = slurm_parameters(resources, ["module load gcc"], job_name="t")
     assert params["name"] == "t"
     assert params["slurm_gres"] == "gpu:1"
-    assert params["slurm_signal_delay_s"] == 60
+    assert params["slurm_signal_delay_s"] == 120  # JobResources.signal_lead_s's default
     assert params["timeout_min"] == 1  # submitit's bookkeeping, rounded up
     assert params["slurm_additional_parameters"] == {
         "time": "00:00:30", "gres_flags": "enforce-binding", "exclusive": True,
@@ -126,7 +127,7 @@ def test_gres_in_extra_without_gpus_reaches_both_paths(tmp_path: Path) -> None:
     [
         (["-C gpu"], "write it in long form"),
         (["--partition=gpu"], "--partition is set by partition"),
-        (["--signal=B:TERM@30"], "--signal is set by fixed: USR1 60 s before the time limit"),
+        (["--signal=B:TERM@30"], "--signal is set by USR1, signal_lead_s before the time limit"),
         (["--output=x.log"], "--output is set by the job's log directory"),
         (["--mail-type=END", "--mail-type=FAIL"], "set by an earlier extra option"),
         (["--comment="], "empty value"),
@@ -178,7 +179,7 @@ def test_site_template_dir_overrides_the_package(monkeypatch: pytest.MonkeyPatch
     (tmp_path / "only_site.sh.j2").write_text('{% extends "missing.sh.j2" %}')
     monkeypatch.setenv(TEMPLATE_DIR_ENV, str(tmp_path))
     script = render_script("base.sh.j2", job_name="s", resources=JobResources(), command="go")
-    assert script.endswith("#SBATCH --signal=B:USR1@60\n# site go\n")
+    assert script.endswith("#SBATCH --signal=B:USR1@120\n# site go\n")
     with pytest.raises(FileNotFoundError) as err:  # the package's templates are not mixed in
         render_script("bench_worker.sh.j2", job_name="s", resources=JobResources())
     assert f"in {tmp_path} (${TEMPLATE_DIR_ENV})" in str(err.value)
@@ -187,3 +188,48 @@ def test_site_template_dir_overrides_the_package(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(TEMPLATE_DIR_ENV, os.fspath(tmp_path / "absent"))
     with pytest.raises(FileNotFoundError, match=r"templates there: none"):
         render_script("base.sh.j2", job_name="s", resources=JobResources())
+
+
+JOBS = sorted((Path(__file__).resolve().parents[2] / "jobs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[p.stem for p in JOBS])
+def test_submitit_asks_for_what_the_rendered_scripts_say(job: Path, tmp_path: Path) -> None:
+    """For every job of every shipped experiment: the batch file submitit writes for it (its
+    own renderer, nothing submitted) holds the rendered script's options, save the log files
+    and the signal's receiver, and the same setup and job environment lines."""
+    from hargo_hpc.config import load_config
+    from hargo_hpc.slurm.options import JOB_ENVIRONMENT
+    from hargo_hpc.slurm.submission import plan_submission, render_job
+    from hargo_hpc.slurm.submitter import job_executor
+
+    config = load_config(job, [f"run.dir={tmp_path}", 'slurm.setup=["module load gcc"]'])
+    plan = plan_submission(config)
+    for planned in plan.jobs:
+        rendered = render_job(plan, planned)
+        mine = dict(parse_sbatch(rendered))
+        executor = job_executor(plan, planned, "slurm")
+        submitted = _make_sbatch_string(command="python -u -m submitit.core._submit",
+                                        folder=tmp_path / "submitit",
+                                        map_count=planned.tasks if planned.tasks > 1 else None,
+                                        **executor._executor.parameters)
+        theirs = parse_sbatch(submitted)
+        assert len({name for name, _ in theirs}) == len(theirs), (planned.name, theirs)
+        sub = dict(theirs)
+        for name in SUBMITIT_OWNED:
+            sub.pop(name, None)
+        for name in ("output", "open-mode"):
+            mine.pop(name, None)
+        assert signal_lead_s(mine.pop("signal")) == signal_lead_s(sub.pop("signal")) \
+            == planned.resources.signal_lead_s
+        # the array: the same tasks and limit (submitit writes %tasks for "no limit", and
+        # submits one task as a plain job)
+        shown, _, limit = mine.pop("array").partition("%")
+        assert shown == f"0-{planned.tasks - 1}"
+        if planned.tasks > 1:
+            their_shown, _, their_limit = sub.pop("array").partition("%")
+            assert their_shown == shown
+            assert int(their_limit) == min(planned.tasks, int(limit or planned.tasks))
+        assert sub == mine, planned.name
+        for line in ["module load gcc", *JOB_ENVIRONMENT]:
+            assert line in rendered.splitlines() and line in submitted.splitlines(), line

@@ -18,8 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from hargo_hpc.cli import main
-from hargo_hpc.config import ConfigError, load_config, validate_config
+from hargo_hpc.config import ConfigError, JobResources, load_config, validate_config
 from hargo_hpc.slurm import submission as sub
+from hargo_hpc.slurm import submitter
 from hargo_hpc.slurm.manifest import load_manifest
 from hargo_hpc.slurm.watch import job_states, log_path, status, wait_for
 
@@ -34,6 +35,13 @@ SMALL = ["training.steps=2", "training.save_every=0", f"slurm.python={PY}",
 GEMM_SWEEP = ['data.tasks=[{name="plp_qa"},{name="gemm"}]',
               'sweep={"algorithm.name"=["grpo","hargo"]}', "handoff.workers=1",
               "handoff.worker_max_idle_s=300"]
+
+
+def requeues(job_id: str) -> int:
+    """How often Slurm requeued the job: sacct's REQUEUED records of it (-D: every run)."""
+    out = subprocess.run(["sacct", "-j", job_id, "-D", "-X", "-n", "-P", "-o", "JobID,State"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return sum(line.split("|")[1].startswith("REQUEUED") for line in out.splitlines())
 
 
 def tiny(tmp_path: Path, *overrides: str) -> Any:
@@ -112,7 +120,7 @@ def test_dry_run_prints_every_script_and_the_graph_and_submits_nothing(tmp_path:
     assert "after after:train" in graph[1] and "after afterok:train" in graph[2]
     assert "after afterok:eval" in graph[3]
     assert "after afterany:train, afterany:eval" in graph[4]
-    assert "#SBATCH --requeue" in out and "#SBATCH --signal=USR1@60" in out
+    assert "#SBATCH --requeue" in out and "#SBATCH --signal=USR1@120" in out
     assert list(tmp_path.iterdir()) == []
 
 
@@ -138,16 +146,18 @@ def test_without_sbatch_the_error_points_to_the_local_executor(
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     plan = sub.plan_submission(tiny(tmp_path))
     with pytest.raises(sub.SubmitError, match=r"sbatch not found: .* `--executor local`"):
-        sub.submit(plan, log=lambda _: None)
+        submitter.submit_plan(plan, log=lambda _: None)
 
 
 def test_an_existing_submission_is_refused(tmp_path: Path) -> None:
     plan = sub.plan_submission(tiny(tmp_path))
     plan.root.mkdir(parents=True)
     (plan.root / "run.json").write_text("{}")
-    with pytest.raises(sub.SubmitError, match="holds a submission or run already"):
-        sub.submit(plan, run=lambda argv: pytest.fail(f"ran {argv}"), log=lambda _: None)
+    for executor in ("slurm", "local"):
+        with pytest.raises(sub.SubmitError, match="holds a submission or run already"):
+            submitter.submit_plan(plan, executor, log=lambda _: None)
     assert (plan.root / "run.json").read_text() == "{}"
+    assert not (plan.root / "submitit").exists()
 
 
 # ---------------------------------------------------------------- on the local cluster
@@ -193,7 +203,7 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
     done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP, "--wait")
     root = tmp_path / "tiny"
     assert done.exit_code == 0, done.stderr + "\n" + "".join(
-        p.read_text()[-2000:] for p in (root / "logs").glob("*.out"))
+        p.read_text()[-2000:] for p in (root / "submitit").rglob("*.out"))
     manifest = load_manifest(root)
     assert [j.name for j in manifest.jobs] == ["train", "bench", "eval", "report", "stop"]
     assert manifest.job("bench").dependency == f"after:{manifest.job('train').job_id}_0"
@@ -242,7 +252,8 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
 
 @pytest.mark.slurm
 def test_a_refused_submission_leaves_nothing_behind(slurm_cluster: dict[str, str],
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # Slurm's own message before anything is submitted: an unknown partition
     done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL,
                   "slurm.eval.partition=nowhere")
@@ -251,17 +262,19 @@ def test_a_refused_submission_leaves_nothing_behind(slurm_cluster: dict[str, str
     assert not (tmp_path / "tiny" / "run.json").exists()
 
     # accepted by --test-only, then refused half way: what was submitted is cancelled
-    calls: list[list[str]] = []
+    submitted, calls = submitter._submit_array, []
 
-    def refuse_the_second(argv: list[str]) -> str:
-        calls.append(argv)
-        if "--test-only" not in argv and sum("--test-only" not in a for a in calls) == 2:
-            raise sub.SubmitError("sbatch refused eval.sh: a refusal made by this test")
-        return sub._sbatch(argv)
+    def refuse_the_second(executor: Any, entries: list[Any]) -> list[Any]:
+        calls.append(entries)
+        if len(calls) == 2:  # the eval job, after the training job went out
+            raise RuntimeError("sbatch refused eval.sh: a refusal made by this test")
+        return submitted(executor, entries)
 
+    monkeypatch.setattr(submitter, "_submit_array", refuse_the_second)
     plan = sub.plan_submission(tiny(tmp_path / "second"))
-    with pytest.raises(sub.SubmitError, match="cancelled the jobs already submitted"):
-        sub.submit(plan, run=refuse_the_second, log=lambda _: None)
+    with pytest.raises(sub.SubmitError, match="a refusal made by this test; cancelled the "
+                                              "jobs already submitted"):
+        submitter.submit_plan(plan, log=lambda _: None)
     train_id = load_manifest(plan.root).job("train").job_id
     assert train_id
     wait_until(lambda: set(job_states([train_id]).values()) <= {"CANCELLED"}
@@ -280,13 +293,14 @@ def test_a_requeued_training_task_resumes_and_ends_like_an_uninterrupted_run(
     metrics = tmp_path / "requeued" / "tiny" / "metrics.jsonl"
     wait_until(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2, 300,
                "two steps of the run to requeue")
-    task = f"{requeued.job('train').job_id}_0"
-    subprocess.run(["scontrol", "requeue", task], check=True, capture_output=True, timeout=60)
+    train = requeued.job("train")  # one run: a plain job, not an array
+    subprocess.run(["scontrol", "requeue", train.job_id], check=True, capture_output=True,
+                   timeout=60)
     for manifest in (requeued, straight):
         failed = wait_for(manifest, poll_s=1.0, timeout_s=480, write=lambda _: None)
         assert failed == "", failed
-    (log,) = Path(requeued.root, "logs").glob("tiny-train-*_0.out")
-    text = log.read_text()  # both runs of the task, appended
+    assert requeues(train.job_id) >= 1
+    text = log_path(requeued, train, 0).read_text()  # both runs of the task, appended
     assert "DUE TO JOB REQUEUE" in text
     # the restart continued from a checkpoint: step 1 ran once, step 6 was reached once
     assert text.count("step 1/6 ") == 1 and text.count("step 6/6 ") == 1, text[-3000:]
@@ -297,6 +311,96 @@ def test_a_requeued_training_task_resumes_and_ends_like_an_uninterrupted_run(
     for key in ("reward", "loss", "kl", "grad_norm", "learning_rate"):
         assert got[-1][key] == pytest.approx(want[-1][key], rel=1e-5, abs=1e-7), key
     assert status(requeued).runs[0].finished
+
+
+@pytest.mark.slurm
+def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_ends_like_a_straight_run(
+        slurm_cluster: dict[str, str], tmp_path: Path, summary_line: Any) -> None:
+    """A 2-minute limit with signal_lead_s 60: submitit's signal comes about a minute in,
+    `Resumable.checkpoint` stops the trainer (a checkpoint at its next phase boundary) and
+    submitit requeues the task, which continues with --resume, as often as it takes (sacct
+    counts the requeues); the metrics are those of the same run submitted without a limit."""
+    from hargo_hpc.train import metrics as m
+
+    # enough steps for about 90 s of training here: more than one allocation's minute
+    probe = subprocess.run([PY, "-m", "hargo_hpc", "train", str(TINY), f"run.dir={tmp_path}",
+                            "run.name=probe", "training.steps=6", "training.save_every=0"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    seconds = sorted(r["timing_s/step"] for r in m.read_records(
+        tmp_path / "probe" / "metrics.jsonl")[1:])[2]
+    steps = max(40, round(90 / seconds))
+    common = [*SMALL, f"training.steps={steps}", "training.save_every=0",
+              "slurm.train.max_requeues=8"]
+    started = time.monotonic()
+    for name, limit in (("limited", ["slurm.train.time=00:02:00",
+                                     "slurm.train.signal_lead_s=60"]), ("straight", [])):
+        done = invoke("submit", str(TINY), f"run.dir={tmp_path / name}", *common, *limit)
+        assert done.exit_code == 0, done.stderr
+    limited, straight = (load_manifest(tmp_path / name / "tiny")
+                         for name in ("limited", "straight"))
+    for manifest in (limited, straight):
+        failed = wait_for(manifest, poll_s=2.0, timeout_s=1200, write=lambda _: None)
+        assert failed == "", failed
+    train = limited.job("train")
+    count = requeues(train.job_id)
+    summary_line(f"time limit 2 min, {steps} steps ({seconds:.2f} s each): {count} requeue(s), "
+                 f"{time.monotonic() - started:.0f} s")
+    assert count >= 1
+    text = log_path(limited, train, 0).read_text()  # every run of the task, appended
+    assert text.count("stopped for requeue after") == count, text[-3000:]
+    assert "checkpoint written" in text
+    got, want = (m.read_records(tmp_path / name / "tiny" / "metrics.jsonl")
+                 for name in ("limited", "straight"))
+    assert [r["step"] for r in got] == [r["step"] for r in want] == list(range(1, steps + 1))
+    assert [m.deterministic(r) for r in got] == [m.deterministic(r) for r in want]
+
+
+def test_the_local_executor_honours_the_edges_and_runs_the_sft_first(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    done = subprocess.run(
+        [PY, "-m", "hargo_hpc", "submit", str(TINY), f"run.dir={tmp_path}", *SMALL,
+         "training.steps=1", "sft.steps=2", "--executor", "local"],
+        capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stderr.splitlines()
+    assert [line.split(":")[0] for line in said if line.startswith("started")] == [
+        "started sft", "started train", "started eval", "started report"], said
+    # afterok: training started only once the SFT had ended, from its export
+    assert said.index("sft: 1 task(s) done") < said.index("started train: 1 local process(es)")
+    root = tmp_path / "tiny"
+    assert load_config(root / "config.toml").model.path == str(root / "sft" / "export")
+    assert (root / "sft" / "finished.json").is_file() and (root / "finished.json").is_file()
+
+
+def test_the_local_walk_starts_a_job_only_when_its_edges_hold() -> None:
+    """`submitter._edges` on test doubles of submitit's job handles: after = started;
+    afterok = every task succeeded, never once one failed; afterany = every task ended, also
+    when the job never ran."""
+    class HandleDouble:  # what the walk asks of a submitit job: done(), exception()
+        def __init__(self, done: bool, failed: bool = False) -> None:
+            self._done, self._failed = done, failed
+
+        def done(self) -> bool:
+            return self._done
+
+        def exception(self) -> Exception | None:
+            return RuntimeError("failed") if self._done and self._failed else None
+
+    def job(*after: tuple[str, str]) -> sub.PlannedJob:
+        return sub.PlannedJob("j", "base.sh.j2", JobResources(), [["true"]], list(after))
+
+    running, ok, bad = HandleDouble(False), HandleDouble(True), HandleDouble(True, True)
+    edges = submitter._edges
+    assert edges(job(("after", "a")), {}, {}) == "wait"
+    assert edges(job(("after", "a")), {"a": [running]}, {}) == "go"
+    assert edges(job(("afterok", "a")), {"a": [ok, running]}, {}) == "wait"
+    assert edges(job(("afterok", "a")), {"a": [ok, ok]}, {}) == "go"
+    assert edges(job(("afterok", "a")), {"a": [ok, bad]}, {}) == "a failed"
+    assert edges(job(("afterany", "a")), {"a": [ok, bad]}, {}) == "go"
+    assert edges(job(("afterany", "a")), {}, {"a": "b failed"}) == "go"
+    assert edges(job(("afterok", "a")), {}, {"a": "b failed"}) == "a did not run"
+    assert edges(job(("afterany", "a"), ("afterany", "b")), {"a": [ok]}, {}) == "wait"
 
 
 def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> None:
@@ -310,9 +414,11 @@ def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> N
     root = tmp_path / "tiny"
     manifest = load_manifest(root)
     assert manifest.executor == "local"
-    assert [line.split(":")[0] for line in done.stderr.splitlines()
-            if line.startswith(("started", "train", "stop", "bench", "eval"))][:2] == [
-        "started bench", "started train"]
+    started = [line.split(":")[0] for line in done.stderr.splitlines()
+               if line.startswith("started")]
+    # the plan's edges: bench after train started; eval and report afterok; stop afterany
+    assert started == ["started train", "started bench", "started eval", "started report",
+                       "started stop"], done.stderr
     evaluated = json.loads((root / "eval" / "metrics.json").read_text())
     assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["rows"] >= 1
     assert (root / "handoff" / "STOP").is_file()
@@ -343,7 +449,7 @@ def test_wait_names_the_failed_task_and_the_chain_ends(slurm_cluster: dict[str, 
                   f"model.path={tmp_path / 'no-such-model'}", "--wait")
     assert done.exit_code == 1
     last = done.stderr.strip().splitlines()[-1]
-    log = tmp_path / "tiny" / "logs"
+    log = tmp_path / "tiny" / "submitit" / "train"
     assert last.startswith("job train (") and "task 0: FAILED; log " in last, last
     assert str(log) in last and "no-such-model" in Path(last.split("; log ")[1]).read_text()
     # eval waited afterok on a failed training: Slurm ended it instead of leaving it pending
@@ -414,7 +520,7 @@ def test_split_array_covers_every_task_once() -> None:
 @pytest.mark.slurm
 def test_an_array_larger_than_max_array_size_goes_out_in_parts(
         slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sub, "max_array_size", lambda: 3)  # as if MaxArraySize were 3
+    monkeypatch.setattr(submitter, "max_array_size", lambda: 3)  # as if MaxArraySize were 3
     done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, "training.steps=1",
                   'sweep={"run.seed"=[0, 1, 2, 3]}', "--wait")
     assert done.exit_code == 0, done.stderr
@@ -422,15 +528,16 @@ def test_an_array_larger_than_max_array_size_goes_out_in_parts(
     train, evaluation = manifest.job("train"), manifest.job("eval")
     assert [(first, count) for _, first, count in train.parts] == [(0, 3), (3, 1)]
     assert evaluation.dependency == "afterok:" + ":".join(train.ids())  # every part
-    # task 3 (the second part's index 0, HARGO_ARRAY_OFFSET=3) trained the fourth run
+    # task 3 (the second part, a plain job of one task) trained the fourth run
     for seed in range(4):
         run_dir = tmp_path / "tiny" / f"seed-{seed}"
         assert load_config(run_dir / "config.toml").run.seed == seed
         assert (run_dir / "finished.json").is_file() and (run_dir / "eval").is_dir()
     shown = status(manifest)
     assert [run.state for run in shown.runs] == ["COMPLETED"] * 4
-    log = log_path(manifest, train, 3)  # the second part's own id and index
-    assert log.name == f"tiny-train-{train.parts[1][0]}_0.out" and log.is_file()
+    log = log_path(manifest, train, 3)  # the second part's own id
+    assert log.name == f"{train.parts[1][0]}_0_log.out" and log.is_file()
+    assert log_path(manifest, train, 1).name == f"{train.parts[0][0]}_1_0_log.out"
 
 
 @pytest.mark.slurm
@@ -452,7 +559,7 @@ def test_the_sft_warm_start_is_its_own_job_and_training_starts_from_its_export(
            .splitlines()]
     assert [r["step"] for r in sft] == [1, 2]
     assert (root / "finished.json").is_file()
-    # resubmitted: the finished SFT ends at once (--if-needed), the finished run too
+    # resubmitted: the finished SFT ends at once (--resume), the finished run too
     again = invoke("submit", *args, "--resume", "--wait")
     assert again.exit_code == 0, again.stderr
     log = log_path(load_manifest(root), load_manifest(root).job("sft"), 0)
@@ -466,8 +573,7 @@ def test_methods_swept_from_one_warm_start_share_one_sft_task(tmp_path: Path) ->
     plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP, "sft.steps=3"))
     root = tmp_path / "tiny"
     sft = plan.job("sft")
-    assert sft.commands == [[PY, "-m", "hargo_hpc", "sft", str(root / "config.sft.toml"),
-                             "--if-needed"]]
+    assert sft.commands == [[PY, "-m", "hargo_hpc", "sft", str(root / "config.sft.toml")]]
     assert {r.config.model.path for r in plan.runs} == {str(root / "sft" / "export")}
     assert all(r.config.sft.steps == 0 for r in plan.runs)
     shared = plan.runs[0].sft_config

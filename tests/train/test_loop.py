@@ -495,6 +495,78 @@ def test_staleness_one_resumes_exactly_with_the_step_in_flight(tmp_path: Path) -
     assert exported(resumed).keys() == exported(run(cfg("whole"), resume=True)[0]).keys()
 
 
+def test_a_stop_during_generation_is_honoured_before_the_rewards_and_resumes_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGUSR1 arriving while step 3 generates: the loop stops right after generation (not
+    after the step's update), the checkpoint holds steps 1-2 and step 3 in flight, and the
+    resumed run logs what an uninterrupted one logs, step 3's completions included."""
+    def cfg(name: str) -> ExperimentConfig:
+        return make_config(tmp_path, name, training={"steps": 4})
+
+    _, whole = run(cfg("whole"))
+    generate = loop.start_step
+
+    def signal_during_step_three(ctx: Any, state: Any, step: int) -> Any:
+        rollout = generate(ctx, state, step)
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return rollout
+
+    monkeypatch.setattr(loop, "start_step", signal_during_step_three)
+    stopped, first = run(cfg("cut"))
+    assert stopped.interrupted and stopped.step == 2 and stopped.checkpoint is not None
+    assert [r["step"] for r in first] == [1, 2]  # step 3 was not updated, not logged
+    assert torch.load(stopped.checkpoint / "loop_rank0.pt", weights_only=True)["step"] == 3
+    monkeypatch.setattr(loop, "start_step", generate)
+    resumed, records = run(cfg("cut"), resume=True)
+    assert not resumed.interrupted and resumed.step == 4
+    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+    for step in (3, 4):
+        a, b = (m.read_records(tmp_path / name / "rollouts" / f"step_{step:06d}.jsonl")
+                for name in ("whole", "cut"))
+        assert a == b
+
+
+def test_a_stop_during_the_reward_wait_ends_the_wait_and_resumes_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GEMM with a real bench worker: SIGUSR1 while step 2 waits for its bench results ends
+    the wait at the next tick (a stop need not outlast the bench); the checkpoint holds step 1
+    and step 2 in flight; resumed, step 2's results come from the handoff (each request
+    benchmarked once) and the run logs what an uninterrupted one logs."""
+    from hargo_hpc.handoff.layout import Layout, parse_result_name
+    from hargo_hpc.train.rollout.rewards import RewardRouter
+
+    def cfg(name: str) -> ExperimentConfig:
+        return make_config(tmp_path, name, data={"tasks": [{"name": "gemm"}]},
+                           rollout={"max_new_tokens": 16}, handoff={"local_workers": 1},
+                           training={"steps": 3})
+
+    _, whole = run(cfg("whole"))
+    wait = RewardRouter._collect
+    waits: list[int] = []
+
+    def signal_as_step_two_waits(self: Any, step: int, ids: list[str]) -> Any:
+        waits.append(step)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)  # seen at the wait's first tick
+        return wait(self, step, ids)
+
+    monkeypatch.setattr(RewardRouter, "_collect", signal_as_step_two_waits)
+    stopped, first = run(cfg("cut"))
+    assert waits == [1, 2]
+    assert stopped.interrupted and stopped.step == 1 and stopped.checkpoint is not None
+    assert [r["step"] for r in first] == [1]
+    assert torch.load(stopped.checkpoint / "loop_rank0.pt", weights_only=True)["step"] == 2
+    monkeypatch.setattr(RewardRouter, "_collect", wait)
+    resumed, records = run(cfg("cut"), resume=True)
+    assert resumed.step == 3
+    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+    layout = Layout(resumed.run_dir / "handoff")
+    stored = [json.loads(p.read_text()) for p in layout.results(2).iterdir()
+              if parse_result_name(p.name)]
+    assert len(stored) == 8 and all(s["attempt"] == 1 for s in stored)
+
+
 def test_staleness_one_with_gemm_submits_the_step_in_flight_again_on_resume(
         tmp_path: Path) -> None:
     """GEMM with a real bench worker: a stop after step 1 leaves step 2 generated and

@@ -213,6 +213,51 @@ def test_warm_start_before_rl(tmp_path: Path) -> None:
     assert json.loads(RunLayout(result.run_dir).finished.read_text())["step"] == 1
 
 
+def test_a_stopped_sft_resumes_to_the_end_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    """`hargo sft` stopped by SIGUSR1 after step 2 of 4 writes a checkpoint, no export and no
+    finished.json; resumed, it logs the same records and exports the same weights as a run
+    that was never stopped; resumed again, it ends at once."""
+    import os
+    import signal
+
+    from safetensors.torch import load_file
+
+    def cfg(name: str):
+        return validate_config({
+            "run": {"name": name, "dir": str(tmp_path)},
+            "model": {"path": "tiny"},
+            "data": {"tasks": [{"name": "mlperf_qa", "max_items": 8}], "eval_fraction": 0.0},
+            "rollout": {"num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 8},
+            "training": {"micro_batch_size": 2},
+            "sft": {"steps": 4, "lr": 4e-3, "check_examples": 0},
+        })
+
+    def quiet(_: str) -> None:
+        pass
+
+    whole = loop.sft_run(cfg("whole"), log=quiet)
+
+    def stop_after_two(record: dict) -> None:
+        if record["step"] == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    stopped = loop.sft_run(cfg("cut"), log=quiet, on_step=stop_after_two)
+    layout = RunLayout(tmp_path / "cut").sft
+    assert stopped.interrupted and stopped.step == 2 and stopped.export is None
+    assert stopped.checkpoint is not None and stopped.checkpoint.parent == layout.checkpoints
+    assert not layout.finished.exists() and not layout.export.exists()
+    refused = CliRunner().invoke(main, ["sft", str(tmp_path / "cut" / "sft" / "config.toml")])
+    assert refused.exit_code == 2 and "--resume" in refused.stderr
+    resumed = loop.sft_run(cfg("cut"), resume=True, log=quiet)
+    assert not resumed.interrupted and resumed.step == 4
+    keys = ("step", "loss", "nll", "tokens", "sequences", "grad_norm", "learning_rate")
+    assert [{k: r[k] for k in keys} for r in m.read_records(resumed.metrics)] == \
+        [{k: r[k] for k in keys} for r in m.read_records(whole.metrics)]
+    a, b = (load_file(r.export / "model.safetensors") for r in (whole, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert loop.sft_run(cfg("cut"), resume=True, log=quiet).already_finished
+
+
 def test_hargo_sft_needs_steps(tmp_path: Path) -> None:
     job = tmp_path / "j.toml"
     job.write_text(GEMM_SFT.format(dir=tmp_path).replace("steps = 300", "steps = 0"))

@@ -55,6 +55,10 @@ class RewardError(HargoError, RuntimeError):
     """A step's rewards cannot be had (one line): e.g. the handoff holds another batch."""
 
 
+class WaitInterrupted(RuntimeError):
+    """The wait for a step's bench results ended by a stop request (`should_stop`)."""
+
+
 def request_id(index: int) -> str:
     """The handoff request id of completion `index` of a step's batch: `r00000`, `r00001`..."""
     return f"r{index:05d}"
@@ -108,6 +112,8 @@ class RewardRouter:
     scored). progress: the waiting step's progress line on stderr. handoff_settings: the
     `[handoff]` section (poll interval, fsync, step timeout). liveness: called before a step's
     requests go out and once a tick of the wait (`Liveness`; e.g. `LocalWorkers.check`).
+    should_stop: asked once a tick of the wait; True ends the wait with `WaitInterrupted`
+    (the loop's stop request: the step is checkpointed in flight and resumed later).
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class RewardRouter:
         progress: bool = True,
         handoff_settings: HandoffSettings | None = None,
         liveness: Liveness | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         if poll_timeout_s is not None and not poll_timeout_s > 0:
             raise ValueError(f"poll_timeout_s must be positive, got {poll_timeout_s}")
@@ -130,6 +137,7 @@ class RewardRouter:
         self.log = log
         self.progress = progress
         self.liveness = liveness
+        self.should_stop = should_stop
         self._trainer: Trainer | None = None
 
 
@@ -281,7 +289,8 @@ class RewardRouter:
         """The handoff's wait (`Trainer.collect`: its progress line; stragglers at the timeout
         become infra_error), watching the local workers once a tick (`_Watch`)."""
         timeout = self.poll_timeout_s or self.settings.step_timeout_s
-        watch = None if self.liveness is None else _Watch(self.liveness, step)
+        watch = (None if self.liveness is None and self.should_stop is None
+                 else _Watch(self.liveness, step, self.should_stop))
         try:
             return self._handoff().collect(step, ids, timeout, watch)
         except HandoffError as err:
@@ -299,15 +308,22 @@ class RewardRouter:
 
 
 class _Watch:
-    """The liveness hook as `Trainer.poll`'s tick. A worker found gone is reported at the next
-    tick, after one more listing of `results/`: that listing holds everything the worker wrote,
-    so a worker that wrote the step's last result and left does not fail the step, and the
-    count in the message ("waited for 1 of 2") is the true one."""
+    """`Trainer.poll`'s tick: the stop request, then the liveness hook. A worker found gone is
+    reported at the next tick, after one more listing of `results/`: that listing holds
+    everything the worker wrote, so a worker that wrote the step's last result and left does
+    not fail the step, and the count in the message ("waited for 1 of 2") is the true one."""
 
-    def __init__(self, liveness: Liveness, step: int) -> None:
+    def __init__(self, liveness: Liveness | None, step: int,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         self.liveness, self.step, self.gone = liveness, step, False
+        self.should_stop = should_stop
 
     def __call__(self, waiting: int, total: int) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise WaitInterrupted(f"step {self.step}: stopped while waiting for {waiting} of "
+                                  f"{total} bench results")
+        if self.liveness is None:
+            return
         during = f"while step {self.step} waited for {waiting} of {total} bench results"
         if self.gone:
             self.liveness(during)  # raises again, now with the count after the worker left
