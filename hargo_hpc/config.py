@@ -175,7 +175,7 @@ class JobResources(_Section):
     )
     array_parallelism: int = Field(0, ge=0, description="0 = no limit")
     signal_lead_s: int = Field(
-        120, ge=10, description="seconds before the time limit that the job is signalled to "
+        120, ge=30, description="seconds before the time limit that the job is signalled to "
         "checkpoint and requeue: at least the time to write a checkpoint plus the longest "
         "phase of a step (docs/slurm.md, 'Time limits')",
     )
@@ -200,7 +200,10 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
 
 class SlurmSection(_Section):
     setup: list[str] = Field(default_factory=list, description="shell lines run before each job")
-    python: str = Field("python", min_length=1)
+    python: str = Field(
+        "", description="the Python the jobs run (the project and submitit installed); '' = "
+        "the interpreter running `hargo submit` / `hargo render`",
+    )
     train: JobResources = Field(default_factory=lambda: JobResources(**KIND_DEFAULTS["train"]))
     bench: JobResources = Field(default_factory=lambda: JobResources(**KIND_DEFAULTS["bench"]))
     eval: JobResources = Field(default_factory=lambda: JobResources(**KIND_DEFAULTS["eval"]))

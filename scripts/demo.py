@@ -65,7 +65,7 @@ def run_job(job: Path, argv: list[str], label: str) -> int:
     done = subprocess.run(submit)
     if done.returncode != 0:
         print(f"error: the {label}'s submission failed (exit {done.returncode}); its logs are in "
-              f"{root / 'logs'}", file=sys.stderr)
+              f"{root / 'submitit'} (`hargo logs {root}`)", file=sys.stderr)
         return 1
     report = root / "report"
     table = report / "report.md"

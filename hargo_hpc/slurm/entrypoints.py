@@ -4,26 +4,35 @@ submitit pickles one of these callables per array task; in the job, its `_submit
 loads it and calls it (once per rank: submitit starts `tasks_per_node` x `nodes` of them with
 `srun`, each with Slurm's rank variables, which the trainer reads: train.backend.distributed).
 
-- `HargoCommand(argv)`: runs `argv` to its end, its output into the job's log; a non-zero exit
-  raises `CommandFailed` (submitit records the task as failed, Slurm sees a non-zero exit).
-  When the job ends early (time limit, cancel) the command gets SIGUSR1 and a moment to let go
-  of what it holds (a bench worker releases its claims), then SIGKILL.
+- `HargoCommand(argv, once=...)`: runs `argv` to its end, its output and errors into the
+  task's log; a non-zero exit raises `CommandFailed` (submitit records the task as failed, Slurm
+  sees a non-zero exit). `once`: only global rank 0 runs it (the jobs whose batch script runs
+  its command once, not once per task: bench worker, eval, report, stop). When the job ends
+  early (time limit, cancel) the command gets SIGUSR1 and a moment to let go of what it holds
+  (a bench worker releases its claims), then SIGKILL; it also dies with its parent.
 - `Resumable(argv)`, a `submitit.helpers.Checkpointable`, for `hargo train` and `hargo sft`.
   Its command always runs with `--resume`: a fresh run starts at step 0, a restarted one (a
-  requeue, by submitit or by `scontrol requeue`) continues from its latest checkpoint. On
-  submitit's signal (USR2 by default, `signal_lead_s` before the time limit, or on
-  preemption) submitit calls `checkpoint()`: it sends SIGUSR1 to the command, which writes a
-  checkpoint at its next phase boundary and exits 75 (`EXIT_REQUEUE`); `checkpoint()` waits
-  for that (at most the lead less a margin) and returns its own resubmission; submitit then
-  requeues the task (`scontrol requeue`), which continues where it stopped.
+  requeue, by submitit or by `scontrol requeue`) continues from its latest checkpoint, a
+  finished one ends at once. On submitit's signal (USR2 by default, `signal_lead_s` before the
+  time limit, or on preemption) submitit calls `checkpoint()` on rank 0: it sends SIGUSR1 to
+  the command, which writes a checkpoint at its next phase boundary and exits 75
+  (`EXIT_REQUEUE`); `checkpoint()` waits for that (at most the lead less `MARGIN_S`) and
+  returns its own resubmission; submitit then requeues the task (`scontrol requeue`), which
+  continues where it stopped. A command that crashes meanwhile fails the task instead.
 
-Slurm signals every process of a job step, the commands included: they treat USR2
-(submitit's) as USR1 (the trainer: stop at the next phase boundary; a bench worker: release
-its claims and exit).
+`checkpoint()` runs inside a signal handler on the main thread, interrupting `__call__`: so
+nothing there takes a lock. A reaper thread waits for the child and sets its return code;
+both `__call__` and `checkpoint()` poll that attribute with plain sleeps.
+
+Slurm signals every process of a job step, the commands included: they treat USR2 (submitit's)
+as USR1 (the trainer: stop at the next phase boundary, `train.early_stop` while it loads; a
+bench worker: release its claims and exit).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -38,59 +47,75 @@ import submitit
 EXIT_REQUEUE = 75  # the trainer's exit status after a stop with a checkpoint (train.run)
 RELEASE_S = 20.0  # how long a stopped command may take to let go before SIGKILL
 MARGIN_S = 10.0  # of the signal's lead, kept for submitit's requeue and exit
+POLL_S = 0.1
 
 
 class CommandFailed(RuntimeError):
     """The command exited non-zero; the message names it and its status."""
 
 
+def global_rank() -> int:
+    """This task's rank in the job (Slurm's SLURM_PROCID; 0 outside Slurm)."""
+    return int(os.environ.get("SLURM_PROCID", "0") or 0)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the command gets SIGKILL when submitit's process dies (no orphan)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class HargoCommand:
     """One command line run to its end in the job (the module docstring)."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                 once: bool = False) -> None:
         self.argv = list(argv)
         self.env = dict(env or {})
+        self.once = once
         self._child: subprocess.Popen[bytes] | None = None
-        self._ended = threading.Event()
 
-    def __getstate__(self) -> dict[str, Any]:  # what submitit pickles: no process, no event
-        return {"argv": self.argv, "env": self.env}
+    def __getstate__(self) -> dict[str, Any]:  # what submitit pickles: no process
+        return {"argv": self.argv, "env": self.env, "once": self.once}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["argv"], state["env"])  # type: ignore[misc]
+        self.__init__(state["argv"], state["env"], state["once"])  # type: ignore[misc]
 
     def command(self) -> list[str]:
         return self.argv
 
     def __call__(self) -> int:
+        if self.once and global_rank() != 0:
+            return 0  # the command runs on rank 0 only
         argv = self.command()
         print(f"hargo: running {' '.join(argv)}", flush=True)
-        self._ended.clear()
         sys.stdout.flush()
         child = subprocess.Popen(argv, env={**os.environ, **self.env},  # its output: the log's
-                                 stderr=subprocess.STDOUT)
+                                 stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         self._child = child
-        threading.Thread(target=self._reap, args=(child,), daemon=True).start()
+        threading.Thread(target=child.wait, daemon=True).start()  # sets child.returncode
         try:
-            while not self._ended.wait(1.0):  # short waits: submitit's handler can run between
-                pass
+            while child.returncode is None:  # plain sleeps: submitit's handler may run here
+                time.sleep(POLL_S)
         finally:
-            if child.poll() is None:  # the job is ending under us (an exception, an exit)
+            if child.returncode is None:  # the job is ending under us (an exception, an exit)
                 self._stop(child, RELEASE_S)
         return self.finished(child.returncode)
 
-    def _reap(self, child: subprocess.Popen[bytes]) -> None:
-        child.wait()
-        self._ended.set()
-
-    def _stop(self, child: subprocess.Popen[bytes], within_s: float) -> bool:
-        """SIGUSR1, then wait up to `within_s` for the command to exit (SIGKILL after);
-        whether it exited on its own."""
+    @staticmethod
+    def _stop(child: subprocess.Popen[bytes], within_s: float) -> bool:
+        """SIGUSR1, then up to `within_s` for the command to exit (SIGKILL after); whether it
+        exited on its own. Lock-free: safe inside a signal handler."""
         child.send_signal(signal.SIGUSR1)
-        if self._ended.wait(within_s):
+        deadline = time.monotonic() + within_s
+        while child.returncode is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if child.returncode is not None:
             return True
         child.kill()
-        self._ended.wait(5.0)
+        deadline = time.monotonic() + 5.0
+        while child.returncode is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
         return False
 
     def finished(self, status: int) -> int:
@@ -110,7 +135,7 @@ class Resumable(HargoCommand, submitit.helpers.Checkpointable):
         self.checkpointed: bool | None = None  # set by checkpoint(): whether it exited in time
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "lead_s": self.lead_s}
+        return {"argv": self.argv, "env": self.env, "lead_s": self.lead_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["argv"], state["env"], state["lead_s"])  # type: ignore[misc]
@@ -120,20 +145,30 @@ class Resumable(HargoCommand, submitit.helpers.Checkpointable):
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Stop the command (it checkpoints and exits 75), then this same task again: it runs
-        with --resume, so it continues from the checkpoint just written."""
-        child = self._child
-        started = time.monotonic()
-        if child is not None and child.poll() is None:
+        with --resume, so it continues from the checkpoint just written (or, when the command
+        did not stop within the lead and was killed, from its previous one). CommandFailed
+        when the command crashed instead: the task fails rather than repeating the crash."""
+        child, started = self._child, time.monotonic()
+        if child is not None and child.returncode is None:
             self.checkpointed = self._stop(child, max(self.lead_s - MARGIN_S, 1.0))
-            took = time.monotonic() - started
-            said = ("checkpoint written" if child.returncode == EXIT_REQUEUE
-                    else f"exited {child.returncode}" if self.checkpointed
-                    else "no checkpoint within the lead; killed")
-            print(f"hargo: stopped for requeue after {took:.0f} s: {said}", flush=True)
+            status = child.returncode
+            said = ("checkpoint written" if status == EXIT_REQUEUE
+                    else "no checkpoint within the lead; killed" if not self.checkpointed
+                    else f"exited {status}")
+            print(f"hargo: stopped for requeue after {time.monotonic() - started:.0f} s: "
+                  f"{said}", flush=True)
+            if self.checkpointed and status not in (EXIT_REQUEUE, 0):
+                raise CommandFailed(f"{' '.join(self.command())} exited with status {status} "
+                                    "while stopping for a requeue")
+        # exit 0 (it finished meanwhile): the requeued task's --resume ends at once
         return submitit.helpers.DelayedSubmission(type(self)(self.argv, self.env, self.lead_s))
 
     def finished(self, status: int) -> int:
-        if status == EXIT_REQUEUE and self.checkpointed is None:
+        if status == EXIT_REQUEUE and (self.checkpointed is not None or global_rank() != 0):
+            # stopped for submitit's requeue: rank 0's handler requeues the task; the other
+            # ranks' commands stop with it (the ranks agree to stop) and must not fail it
+            return status
+        if status == EXIT_REQUEUE:
             # stopped by a signal that was not submitit's (`scontrol requeue`, preemption by
             # SIGTERM): Slurm requeues the task itself, which continues with --resume
             raise CommandFailed(f"{' '.join(self.command())} stopped after a checkpoint "

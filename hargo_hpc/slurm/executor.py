@@ -81,7 +81,6 @@ def make_executor(
     job_name: str = "hargo",
     setup: Sequence[str] = (),
     python: str | None = None,
-    to_steps: bool = False,
     requeue: bool = False,
     dependency: str = "",
     max_requeues: int = 3,
@@ -92,18 +91,18 @@ def make_executor(
     (default: this interpreter), its stdout and stderr in one log per task, `dependency` (an
     sbatch `--dependency` value; one that can never hold ends the job) and at most
     `max_requeues` requeues after a time limit. Locally: one process per task (submitted
-    task, not rank), the name and the time limit."""
+    task, not rank), the name, the time limit and the signal's lead."""
     cluster = None if backend == "auto" else backend
     executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster,
                                      slurm_max_num_timeout=max_requeues,
                                      **({"slurm_python": python} if python else {}))
-    params = slurm_parameters(resources, setup, job_name=job_name, to_steps=to_steps,
-                              requeue=requeue)
+    params = slurm_parameters(resources, setup, job_name=job_name, requeue=requeue)
     if executor.cluster == "slurm":
         if dependency:
             params["slurm_additional_parameters"].update(dependency=dependency,
                                                          kill_on_invalid_dep="yes")
         executor.update_parameters(**params, slurm_stderr_to_stdout=True)
-    else:  # the local executor: the generic parameters it understands
-        executor.update_parameters(name=params["name"], timeout_min=params["timeout_min"])
+    else:  # the local executor: the generic parameters it understands, and the signal's lead
+        executor.update_parameters(name=params["name"], timeout_min=params["timeout_min"],
+                                   local_signal_delay_s=params["slurm_signal_delay_s"])
     return executor

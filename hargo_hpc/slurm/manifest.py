@@ -5,14 +5,16 @@ The submission directory (`<run.dir>/<run.name>/`) holds:
 ```
 run.json                 this manifest (written atomically, rewritten as jobs are submitted)
 config.toml              the experiment's resolved config (with its [sweep], if any)
-scripts/<job>.sh         the batch script of each job (`hargo render` writes the same ones)
-logs/<job>-<id>_<i>.out  Slurm's output of array task i (`%x-%A_%a.out`, %x = <name>-<job>)
+scripts/<job>.sh         the batch script of each job (what `hargo render` writes)
+submitit/<job>/          submitit's folder of each job: the pickled entry points, its job
+                         files, and each task's log, `<id>_<i>_0_log.out` (rank 0's; a job of
+                         one task `<id>_0_log.out`)
 handoff/                 the handoff directory every run of the submission shares
 <label>/                 one run directory per sweep point (no sweep: the submission's own)
 ```
 
 A manifest is plain JSON; the dataclasses below are its schema. `executor` is "slurm" (job
-ids are Slurm's) or "local" (job ids are submitit's local ones, logs in the submitit folder).
+ids are Slurm's) or "local" (job ids are submitit's local ones, one per task).
 """
 
 from __future__ import annotations

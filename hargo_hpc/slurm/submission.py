@@ -37,6 +37,7 @@ import datetime
 import json
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,12 @@ from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.slurm.manifest import MANIFEST, JobEntry, Manifest, RunEntry
+from hargo_hpc.slurm.options import minutes
 from hargo_hpc.slurm.render import render_script
 
 REPORT = "report"  # the submission's report directory, under its root
 SCRIPTS, LOGS, HANDOFF = "scripts", "logs", "handoff"
+SUBMITIT = "submitit"  # submitit's folder per job: pickles, job files, every task's log
 
 
 class SubmitError(HargoError, RuntimeError):
@@ -144,6 +147,11 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
             raise ConfigError(f"{source}: sweep key {key!r}: every run of a submission "
                                   "shares the bench workers, the batch resources and the "
                                   "submission directory; only run.seed may vary in [run]")
+    for kind in ("train", "bench", "eval"):
+        res = getattr(config.slurm, kind)
+        if res.signal_lead_s >= minutes(res.time) * 60:
+            raise ConfigError(f"{source}: slurm.{kind}.signal_lead_s ({res.signal_lead_s} s) "
+                              f"must be shorter than its time limit ({res.time})")
     remote = any(get_task(spec.name).remote for spec in config.data.tasks)
     handoff_dir = root / HANDOFF if remote else None
     runs = []
@@ -168,7 +176,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
     if len(runs) > 1 and config.sft.steps and len(
             {_sft_inputs(r.sft_config) for r in runs if r.sft_config is not None}) == 1:
         _share_sft(runs, root, config_dir)
-    py = python or config.slurm.python
+    py = python or config.slurm.python or sys.executable
     hargo = [py, "-m", "hargo_hpc"]
     slurm = config.slurm
     jobs = []
@@ -303,16 +311,23 @@ def manifest_of(plan: Plan, executor: str) -> Manifest:
     from hargo_hpc.train.backend.checkpoint import config_hash
 
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    pattern = "%A_%a" if executor == "slurm" else "%j"
     runs = [RunEntry(r.index, r.label, str(r.dir), str(r.config_file),
                      config_hash(r.config.to_toml()), dict(r.overrides)) for r in plan.runs]
     jobs = [JobEntry(j.name, str(plan.scripts_dir / f"{j.name}.sh"), f"0-{j.tasks - 1}",
                      j.tasks, [name for _, name in j.after],
-                     log=str(plan.log_dir / f"{plan.job_name(j)}-{pattern}.out"))
+                     log=str(log_pattern(plan, j, executor)))
             for j in plan.jobs]
     return Manifest(plan.config.run.name, str(plan.root), executor, now, __version__,
                     git_revision(), config_hash(plan.config.to_toml()),
                     str(plan.handoff_dir) if plan.handoff_dir else None, runs, jobs)
+
+
+def log_pattern(plan: Plan, job: PlannedJob, executor: str) -> Path:
+    """Where submitit writes the log of each task of `job` (rank 0's; its stdout and stderr
+    together): `<root>/submitit/<job>/<array id>_<task>_0_log.out` (watch.log_path fills in
+    `%A`, `%a`, `%j`); a job of one task is a plain job (`%j`), locally each task its own job."""
+    one = job.tasks == 1 or executor == "local"
+    return plan.root / SUBMITIT / job.name / f"{'%j' if one else '%A_%a'}_0_log.out"
 
 
 def git_revision() -> str | None:

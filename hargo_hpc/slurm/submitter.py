@@ -36,6 +36,7 @@ from hargo_hpc.slurm.entrypoints import HargoCommand, Resumable
 from hargo_hpc.slurm.manifest import Manifest
 from hargo_hpc.slurm.options import JOB_ENVIRONMENT
 from hargo_hpc.slurm.submission import (
+    SUBMITIT,
     Plan,
     PlannedJob,
     SubmitError,
@@ -50,17 +51,17 @@ from hargo_hpc.slurm.submission import (
 
 Executor = Literal["slurm", "local"]
 Log = Callable[[str], object]
-SUBMITIT = "submitit"  # submitit's folders (pickles, its own logs), under the submission root
 POLL_S = 0.5  # the local walk's poll of its processes
 
 
 def entry_points(plan: Plan, job: PlannedJob, env: dict[str, str] | None = None
                  ) -> list[HargoCommand]:
     """One callable per task of `job`: the sft and train tasks resumable (submitit's
-    checkpoint-and-requeue), the others plain commands."""
+    checkpoint-and-requeue, on every rank), the others plain commands run by rank 0 alone
+    (as their batch scripts run them once)."""
     if job.requeue:
         return [Resumable(argv, env, job.resources.signal_lead_s) for argv in job.commands]
-    return [HargoCommand(argv, env) for argv in job.commands]
+    return [HargoCommand(argv, env, once=True) for argv in job.commands]
 
 
 def submit_plan(plan: Plan, executor: Executor = "slurm", *, log: Log = print,
@@ -75,7 +76,6 @@ def submit_plan(plan: Plan, executor: Executor = "slurm", *, log: Log = print,
         check_fresh(plan)
     write_run_configs(plan)
     scripts = write_scripts(plan)
-    plan.log_dir.mkdir(parents=True, exist_ok=True)
     if plan.handoff_dir is not None:
         plan.handoff_dir.mkdir(parents=True, exist_ok=True)
     if executor == "slurm":
@@ -112,8 +112,7 @@ def job_executor(plan: Plan, job: PlannedJob, backend: Executor, dependency: str
     return make_executor(job.resources, plan.root / SUBMITIT / job.name, backend=backend,
                          job_name=plan.job_name(job),
                          setup=[*plan.config.slurm.setup, *JOB_ENVIRONMENT],
-                         python=plan.python, to_steps=job.to_steps, requeue=job.requeue,
-                         dependency=dependency,
+                         python=plan.python, requeue=job.requeue, dependency=dependency,
                          max_requeues=job.resources.max_requeues)
 
 
@@ -134,8 +133,6 @@ def _submit_slurm(plan: Plan, limit: int, log: Log) -> Manifest:
                 if len(parts) > 1:
                     entry.parts.append([job_id, first, count])
             entry.job_id, entry.dependency = ids[job.name][0], dependency
-            pattern = "%A_%a" if job.tasks > 1 else "%j"
-            entry.log = str(plan.root / SUBMITIT / job.name / f"{pattern}_0_log.out")
             shown = ", ".join(ids[job.name])
             log(f"submitted {job.name}: job {shown} ({job.tasks} task(s) on "
                 f"{job.resources.partition}{', ' + dependency if dependency else ''})")
@@ -187,27 +184,30 @@ def _run_local(plan: Plan, log: Log) -> Manifest:
         handles = [executor.submit(entry) for entry in entry_points(plan, job, env)]
         entry = manifest.job(job.name)
         entry.job_id = ",".join(str(h.job_id) for h in handles)
-        entry.log = str(plan.root / SUBMITIT / job.name / "%j_0_log.out")
         manifest.save()
         log(f"started {job.name}: {job.tasks} local process(es)")
         started[job.name] = handles
 
-    waiting, ended = list(plan.jobs), set()
+    waiting = list(plan.jobs)
+    states: dict[str, str] = {}  # started job -> running | ok | failed, one snapshot a tick
     try:
-        while waiting or len(ended) < len(started):
-            for name, handles in started.items():  # say each job's end once, as it comes
-                if name not in ended and all(h.done() for h in handles):
-                    ended.add(name)
-                    failures = sum(h.exception() is not None for h in handles)
-                    log(f"{name}: {len(handles)} task(s) done" if not failures
-                        else f"{name}: {failures} of {len(handles)} task(s) failed")
+        while waiting or any(state == "running" for state in states.values()):
+            for name, handles in started.items():
+                if states.get(name, "running") != "running" or not all(
+                        h.done() for h in handles):
+                    continue
+                failures = sum(h.exception() is not None for h in handles)
+                states[name] = "failed" if failures else "ok"
+                log(f"{name}: {len(handles)} task(s) done" if not failures
+                    else f"{name}: {failures} of {len(handles)} task(s) failed")
             for job in list(waiting):
-                verdict = _edges(job, started, never)
+                verdict = _edges(job, states, never)
                 if verdict == "wait":
                     continue
                 waiting.remove(job)
                 if verdict == "go":
                     start(job)
+                    states[job.name] = "running"
                 else:
                     never[job.name] = verdict
                     log(f"not started {job.name}: {verdict}")
@@ -227,12 +227,13 @@ def _run_local(plan: Plan, log: Log) -> Manifest:
     return manifest
 
 
-def _edges(job: PlannedJob, started: dict[str, list[Any]], never: dict[str, str]) -> str:
+def _edges(job: PlannedJob, states: dict[str, str], never: dict[str, str]) -> str:
     """Whether `job` may start now ("go"), not yet ("wait"), or never (why not), from its
-    `after` edges over the jobs started so far and those that will never run."""
+    `after` edges over the started jobs' states (running, ok, failed: one snapshot) and those
+    that will never run."""
     for kind, name in job.after:
-        handles = started.get(name)
-        if handles is None:
+        state = states.get(name)
+        if state is None:
             if name not in never:
                 return "wait"
             if kind != "afterany":  # an ended dependency that never ran satisfies afterany
@@ -240,8 +241,8 @@ def _edges(job: PlannedJob, started: dict[str, list[Any]], never: dict[str, str]
             continue
         if kind == "after":
             continue
-        if not all(h.done() for h in handles):
+        if state == "running":
             return "wait"
-        if kind == "afterok" and any(h.exception() is not None for h in handles):
+        if kind == "afterok" and state == "failed":
             return f"{name} failed"
     return "go"

@@ -3,8 +3,9 @@
 `hargo train` and `hargo sft` call `catch()` first thing: loading torch and the model takes
 seconds, and Slurm's time-limit or preemption signal (SIGUSR1, submitit's SIGUSR2, SIGTERM)
 may come meanwhile; by default it would kill the process before any checkpoint. Caught here,
-it is handed to `train.run.StopSignals` when the loop starts (`take()`), which then stops at
-its first phase boundary like any other stop. Light: no torch.
+it is handed to `train.run.StopSignals` when the loop's handlers are in place (`take()`),
+which then stops at its first phase boundary like any other stop; when the loop ends, the
+default actions come back (a later SIGTERM ends the process). Light: no torch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def catch() -> None:
     """Remember SIGNALS from now on (main thread only) until the loop's handlers take over."""
     for sig in SIGNALS:
         signal.signal(sig, _remember)
+
+
+def is_catcher(handler: object) -> bool:
+    """Whether `handler` is the one `catch()` installs (the loop restores SIG_DFL instead)."""
+    return handler is _remember
 
 
 def take() -> str | None:

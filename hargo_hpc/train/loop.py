@@ -119,10 +119,9 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     writing = (m.MetricsWriter(paths.metrics, paths.tensorboard) if main
                else contextlib.nullcontext(DiscardWriter()))
     with workers or contextlib.nullcontext(), stop, writing as writer:
-        if state.step == 0 and config.sft.steps:
-            warm_start(ctx, data, paths.sft.metrics, config.sft.steps, stop, log)
-            if stop.requested:
-                return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
+        if state.step == 0 and config.sft.steps and not warm_start(
+                ctx, data, paths.sft.metrics, config.sft.steps, stop, log):
+            return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
         in_flight = _in_flight(ctx, state, data, checkpoint)  # a step saved in flight
 
         def stop_in_flight(rollout: Rollout) -> TrainResult:
@@ -139,11 +138,8 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
             rollout = in_flight if in_flight is not None else start_step(ctx, state, step)
             in_flight = (start_step(ctx, state, step + 1)  # overlaps the bench's work on `step`
                          if config.rollout.max_staleness and step < t.steps else None)
-            if in_flight is None:  # one step in flight: a stop may come between its phases
-                if env.world_size > 1:
-                    stop.requested = _agreed(stop.requested)
-                if stop.requested:
-                    return stop_in_flight(rollout)
+            if in_flight is None and _agreed(stop, env):  # between its phases: generated
+                return stop_in_flight(rollout)
             try:
                 record, rows = finish_step(ctx, state, rollout)
             except StepInterrupted:  # the reward wait, cut short (only with nothing else in flight)
@@ -154,14 +150,13 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                 m.write_rollouts(paths.rollouts(step), rows)
             if on_step is not None and main:
                 on_step(record)
-            if env.world_size > 1:  # a signal seen by any rank stops them all
-                stop.requested = _agreed(stop.requested)
-            if (t.save_every and step % t.save_every == 0) or stop.requested:
+            stopping = _agreed(stop, env)  # one decision for the step's end, every rank
+            if (t.save_every and step % t.save_every == 0) or stopping:
                 saved = ctx.engine.save_checkpoint(
                     paths.checkpoints, f"step_{step:06d}",
                     state.trainer_state(config_hash).to_dict(),
                     None if in_flight is None else in_flight.state_dict())
-            if stop.requested:
+            if stopping:
                 log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
                 return TrainResult(paths.root, paths.metrics, step, saved, None,
                                    interrupted=True)
@@ -259,10 +254,16 @@ def _local_workers(config: ExperimentConfig, handoff_dir: Path | None,
                         handoff=config.handoff, log=log)
 
 
-def _agreed(requested: str | None) -> str | None:
-    """Every rank's stop request, gathered: a signal seen by any rank stops them all at the
-    same point."""
-    return next((s for s in distributed.gather_objects(requested) if s), None)
+def _agreed(stop: StopSignals, env: distributed.DistEnv) -> str | None:
+    """Whether to stop here, decided once for every rank: any rank's request, gathered (a
+    signal seen by one rank stops them all at the same point). The decision is returned and
+    kept in `stop.requested`; callers act on the returned value, never on the attribute a
+    signal may set again meanwhile on one rank."""
+    agreed = stop.requested
+    if env.world_size > 1:
+        agreed = next((s for s in distributed.gather_objects(agreed) if s), None)
+    stop.requested = stop.requested or agreed
+    return agreed
 
 
 def _in_flight(ctx: RunContext, state: LoopState, data: Data,

@@ -169,7 +169,7 @@ class StopSignals:
     SIGNALS = early_stop.SIGNALS
 
     def __init__(self) -> None:
-        self.requested: str | None = early_stop.take()  # one that came while loading
+        self.requested: str | None = None
         self._old: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -179,11 +179,12 @@ class StopSignals:
         with contextlib.suppress(ValueError):  # not the main thread: no handlers
             for sig in self.SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handle)
+        self.requested = self.requested or early_stop.take()  # one that came while loading
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
+        for sig, old in self._old.items():  # early_stop's catching ends with the loop
+            signal.signal(sig, signal.SIG_DFL if early_stop.is_catcher(old) else old)
 
 
 def quiet(_: str) -> None:

@@ -67,14 +67,17 @@ def sft_data(data: Data) -> list[SftItem]:
 
 
 def warm_start(ctx: RunContext, data: Data, path: Path, steps: int, stop: StopSignals,
-               log: Log) -> None:
+               log: Log) -> bool:
     """`steps` SFT optimizer steps (sft.steps) before RL, logged to `path`; the engine's
-    schedule runs them at sft.lr (`build_run_engine`)."""
-    sft_loop(ctx.engine, ctx.tokenizer, ctx.prompt_format, sft_data(data),
-             seed=ctx.config.run.seed, steps=steps, accum=ctx.accum,
-             micro_batch_size=ctx.config.training.micro_batch_size,
-             max_target_tokens=ctx.config.rollout.max_new_tokens, path=path, stop=stop)
-    log(f"SFT warm start: {steps} steps done ({path})")
+    schedule runs them at sft.lr (`build_run_engine`). Whether all ran (False: stopped, the
+    same answer on every rank)."""
+    done, _ = sft_loop(ctx.engine, ctx.tokenizer, ctx.prompt_format, sft_data(data),
+                       seed=ctx.config.run.seed, steps=steps, accum=ctx.accum,
+                       micro_batch_size=ctx.config.training.micro_batch_size,
+                       max_target_tokens=ctx.config.rollout.max_new_tokens, path=path,
+                       stop=stop)
+    log(f"SFT warm start: {done} of {steps} steps done ({path})")
+    return done == steps
 
 
 def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftItem], *,
@@ -104,10 +107,13 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
             done = step
             if on_step is not None and main:
                 on_step(record)
-            if stop is not None and world > 1:  # a signal seen by any rank stops them all
-                stop.requested = next((s for s in distributed.gather_objects(stop.requested)
-                                       if s), None)
-            if stop is not None and stop.requested:
+            if stop is None:
+                continue
+            stopping = stop.requested  # one decision per step, every rank: any rank's request
+            if world > 1:
+                stopping = next((s for s in distributed.gather_objects(stopping) if s), None)
+            if stopping:
+                stop.requested = stopping
                 break
     return done, sampler
 
@@ -180,7 +186,7 @@ def _sft_run(config: ExperimentConfig, accum: int, *, resume: bool, log: Log,
             steps=config.sft.steps, accum=accum, micro_batch_size=t.micro_batch_size,
             max_target_tokens=config.rollout.max_new_tokens, path=paths.metrics, stop=stop,
             on_step=on_step, sampler=sampler, done=done)
-    if stop.requested:
+    if done < config.sft.steps:  # stopped (the ranks agreed in sft_loop)
         saved_at = engine.save_checkpoint(paths.checkpoints, f"step_{done:06d}", {
             "step": done, "sampler": sampler.state_dict(), "config_hash": config_hash})
         log(f"{stop.requested}: SFT checkpoint {saved_at} written; continue with --resume")

@@ -1,21 +1,23 @@
-"""submitit's entry points (hargo_hpc.slurm.entrypoints), in this process: a command run to its
-end, its failure raised, and `Resumable.checkpoint` stopping a running command (SIGUSR1; the
-command, a test double of the trainer, exits 75 as the trainer does after its checkpoint) and
-returning the same task again, with --resume, picklable as submitit needs it."""
+"""submitit's entry points (hargo_hpc.slurm.entrypoints), in this process, the way submitit's
+job process runs them: `__call__` on the main thread, and `checkpoint()` from a signal handler
+that interrupts it (submitit's own handler does that on its USR2, then exits). The command is a
+test double of the trainer: on SIGUSR1 it "checkpoints" (writes a file) and exits 75."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hargo_hpc.slurm.entrypoints import EXIT_REQUEUE, CommandFailed, HargoCommand, Resumable
 
-# a test double of `hargo train`: on SIGUSR1 it "checkpoints" (a file) and exits 75
 TRAINER_DOUBLE = """
 import signal, sys, time
 from pathlib import Path
@@ -23,72 +25,112 @@ out = Path(sys.argv[1])
 def stop(signum, frame):
     (out / "checkpoint").write_text("step 3")
     sys.exit({status})
-signal.signal(signal.SIGUSR1, stop)
+signal.signal(signal.SIGUSR1, {handler})
 (out / "ready").write_text(" ".join(sys.argv[2:]))
 time.sleep(120)
 sys.exit(3)
 """
 
 
+class Requeued(BaseException):
+    """What submitit's handler does after checkpoint(): requeue, then leave (`sys.exit`)."""
+
+
 def wait_for_file(path: Path, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
         if time.monotonic() > deadline:
-            pytest.fail(f"no {path} within {timeout_s:.0f} s")
+            raise TimeoutError(f"no {path} within {timeout_s:.0f} s")
         time.sleep(0.05)
 
 
-def test_a_command_runs_to_its_end_and_a_failure_raises(tmp_path: Path) -> None:
+def run_as_submitit_would(entry: Resumable, ready: Path) -> tuple[Any, float]:
+    """Call `entry` on this (main) thread; once its command is ready, SIGUSR2 arrives and the
+    handler calls `entry.checkpoint()` and leaves. Returns what checkpoint() returned and how
+    long it took."""
+    got: dict[str, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        started = time.monotonic()
+        got["again"] = entry.checkpoint()
+        got["took"] = time.monotonic() - started
+        raise Requeued
+
+    def signal_when_ready() -> None:
+        wait_for_file(ready)
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    old = signal.signal(signal.SIGUSR2, handler)
+    try:
+        threading.Thread(target=signal_when_ready, daemon=True).start()
+        with pytest.raises(Requeued):
+            entry()
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    return got["again"], got["took"]
+
+
+def test_a_command_runs_to_its_end_and_a_failure_raises(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out.txt"
-    assert HargoCommand([sys.executable, "-c", f"open({str(out)!r}, 'w').write('ran')"])() == 0
+    write = [sys.executable, "-c", f"open({str(out)!r}, 'a').write('ran')"]
+    assert HargoCommand(write)() == 0
     assert out.read_text() == "ran"
     with pytest.raises(CommandFailed, match="exited with status 3"):
         HargoCommand([sys.executable, "-c", "raise SystemExit(3)"])()
+    monkeypatch.setenv("SLURM_PROCID", "1")  # a job that runs its command once: rank 0's
+    assert HargoCommand(write, once=True)() == 0 and out.read_text() == "ran"
+    assert HargoCommand(write)() == 0 and out.read_text() == "ranran"
 
 
 def test_checkpoint_stops_the_command_and_returns_the_task_again_to_resume(
         tmp_path: Path) -> None:
-    argv = [sys.executable, "-c", TRAINER_DOUBLE.format(status=EXIT_REQUEUE), str(tmp_path)]
+    argv = [sys.executable, "-c", TRAINER_DOUBLE.format(status=EXIT_REQUEUE, handler="stop"),
+            str(tmp_path)]
     entry = Resumable(argv, {"HARGO_TEST": "1"}, lead_s=30)
     copy = pickle.loads(pickle.dumps(entry))  # what submitit stores and loads in the job
     assert (copy.argv, copy.env, copy.lead_s) == (argv, {"HARGO_TEST": "1"}, 30)
     assert copy.command() == [*argv, "--resume"]  # always: a fresh run starts at step 0
 
-    failures: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            entry()
-        except CommandFailed as err:  # in a job, submitit exits before __call__ returns
-            failures.append(err)
-
-    runner = threading.Thread(target=call)
-    runner.start()
-    wait_for_file(tmp_path / "ready")
+    again, took = run_as_submitit_would(entry, tmp_path / "ready")
     assert (tmp_path / "ready").read_text() == "--resume"
-    started = time.monotonic()
-    again = entry.checkpoint()  # what submitit's handler calls on its signal
-    assert time.monotonic() - started < 20
-    assert entry.checkpointed is True and (tmp_path / "checkpoint").read_text() == "step 3"
-    runner.join(10)
-    assert not runner.is_alive()
+    assert took < 20 and entry.checkpointed is True
+    assert (tmp_path / "checkpoint").read_text() == "step 3"
     task = again.function
     assert isinstance(task, Resumable) and task is not entry
     assert (task.argv, task.env, task.lead_s) == (argv, {"HARGO_TEST": "1"}, 30)
     assert pickle.loads(pickle.dumps(task)).command() == [*argv, "--resume"]
 
 
-def test_a_command_that_does_not_stop_within_the_lead_is_killed(tmp_path: Path) -> None:
-    stubborn = TRAINER_DOUBLE.format(status=0).replace(
-        "signal.signal(signal.SIGUSR1, stop)", "signal.signal(signal.SIGUSR1, signal.SIG_IGN)")
+def test_a_command_that_does_not_stop_within_the_lead_is_killed_and_requeued(
+        tmp_path: Path) -> None:
+    stubborn = TRAINER_DOUBLE.format(status=0, handler="signal.SIG_IGN")
     entry = Resumable([sys.executable, "-c", stubborn, str(tmp_path)], lead_s=12)
-    runner = threading.Thread(target=lambda: pytest.raises(CommandFailed, entry))
-    runner.start()
-    wait_for_file(tmp_path / "ready")
-    started = time.monotonic()
-    entry.checkpoint()  # waits lead_s - 10 s = 2 s, then SIGKILL
-    assert 1.5 < time.monotonic() - started < 15
+    again, took = run_as_submitit_would(entry, tmp_path / "ready")  # 12 - 10 s, then SIGKILL
+    assert 1.5 < took < 15
     assert entry.checkpointed is False and entry._child is not None
-    assert entry._child.returncode == -9
-    runner.join(10)
-    assert not runner.is_alive()
+    assert entry._child.returncode == -signal.SIGKILL
+    assert isinstance(again.function, Resumable)  # resumes from its previous checkpoint
+
+
+def test_a_command_that_crashes_while_stopping_fails_the_task(tmp_path: Path) -> None:
+    crashing = TRAINER_DOUBLE.format(status=1, handler="stop")
+    entry = Resumable([sys.executable, "-c", crashing, str(tmp_path)], lead_s=30)
+    threading.Thread(target=lambda: (wait_for_file(tmp_path / "ready"),
+                                     os.kill(os.getpid(), signal.SIGUSR2)), daemon=True).start()
+    old = signal.signal(signal.SIGUSR2, lambda *_: entry.checkpoint())
+    try:
+        with pytest.raises(CommandFailed, match="exited with status 1 while stopping"):
+            entry()
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+
+
+def test_the_other_ranks_stop_for_the_requeue_without_failing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = Resumable([sys.executable, "-c", f"raise SystemExit({EXIT_REQUEUE})"])
+    monkeypatch.setenv("SLURM_PROCID", "1")  # rank 0's handler requeues; rank 1 just ends
+    assert entry() == EXIT_REQUEUE
+    monkeypatch.setenv("SLURM_PROCID", "0")  # on rank 0, without submitit's signal: not ours
+    with pytest.raises(CommandFailed, match="a signal not from submitit"):
+        entry()

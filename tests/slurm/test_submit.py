@@ -149,6 +149,14 @@ def test_without_sbatch_the_error_points_to_the_local_executor(
         submitter.submit_plan(plan, log=lambda _: None)
 
 
+def test_a_signal_lead_not_shorter_than_the_time_limit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"slurm\.train\.signal_lead_s \(120 s\) must be "
+                                          r"shorter than its time limit \(00:02:00\)"):
+        sub.plan_submission(tiny(tmp_path, "slurm.train.time=00:02:00"))
+    assert sub.plan_submission(tiny(tmp_path, "slurm.train.time=00:02:00",
+                                    "slurm.train.signal_lead_s=60")).jobs
+
+
 def test_an_existing_submission_is_refused(tmp_path: Path) -> None:
     plan = sub.plan_submission(tiny(tmp_path))
     plan.root.mkdir(parents=True)
@@ -374,33 +382,23 @@ def test_the_local_executor_honours_the_edges_and_runs_the_sft_first(tmp_path: P
 
 
 def test_the_local_walk_starts_a_job_only_when_its_edges_hold() -> None:
-    """`submitter._edges` on test doubles of submitit's job handles: after = started;
+    """`submitter._edges` over one snapshot of the started jobs' states: after = started;
     afterok = every task succeeded, never once one failed; afterany = every task ended, also
     when the job never ran."""
-    class HandleDouble:  # what the walk asks of a submitit job: done(), exception()
-        def __init__(self, done: bool, failed: bool = False) -> None:
-            self._done, self._failed = done, failed
-
-        def done(self) -> bool:
-            return self._done
-
-        def exception(self) -> Exception | None:
-            return RuntimeError("failed") if self._done and self._failed else None
-
     def job(*after: tuple[str, str]) -> sub.PlannedJob:
         return sub.PlannedJob("j", "base.sh.j2", JobResources(), [["true"]], list(after))
 
-    running, ok, bad = HandleDouble(False), HandleDouble(True), HandleDouble(True, True)
     edges = submitter._edges
     assert edges(job(("after", "a")), {}, {}) == "wait"
-    assert edges(job(("after", "a")), {"a": [running]}, {}) == "go"
-    assert edges(job(("afterok", "a")), {"a": [ok, running]}, {}) == "wait"
-    assert edges(job(("afterok", "a")), {"a": [ok, ok]}, {}) == "go"
-    assert edges(job(("afterok", "a")), {"a": [ok, bad]}, {}) == "a failed"
-    assert edges(job(("afterany", "a")), {"a": [ok, bad]}, {}) == "go"
+    assert edges(job(("after", "a")), {"a": "running"}, {}) == "go"
+    assert edges(job(("afterok", "a")), {"a": "running"}, {}) == "wait"
+    assert edges(job(("afterok", "a")), {"a": "ok"}, {}) == "go"
+    assert edges(job(("afterok", "a")), {"a": "failed"}, {}) == "a failed"
+    assert edges(job(("afterany", "a")), {"a": "failed"}, {}) == "go"
     assert edges(job(("afterany", "a")), {}, {"a": "b failed"}) == "go"
     assert edges(job(("afterok", "a")), {}, {"a": "b failed"}) == "a did not run"
-    assert edges(job(("afterany", "a"), ("afterany", "b")), {"a": [ok]}, {}) == "wait"
+    assert edges(job(("after", "a")), {}, {"a": "b failed"}) == "a did not run"
+    assert edges(job(("afterany", "a"), ("afterany", "b")), {"a": "ok"}, {}) == "wait"
 
 
 def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> None:

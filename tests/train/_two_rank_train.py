@@ -6,7 +6,9 @@ for each RUN every rank calls the trainer and saves its whole parameters after t
 stage)` (HARGO, 4 prompts x G 2, two steps); `sft`: `loop.train` of the sft preset after an SFT
 warm start (`sft_config`, ZeRO-2); `sft-cli`: `loop.sft_run` (what `hargo sft` calls) under
 ZeRO-3; `z2-resume`: the z2 run stopped by SIGUSR1 on rank 0 after step 1 (the ranks agree to
-stop, each writes its part of the checkpoint), then continued with `resume=True`.
+stop, each writes its part of the checkpoint), then continued with `resume=True`;
+`z2-gen-stop`: the same with the signal during step 2's generation (the ranks agree at the
+boundary after it; the checkpoint holds step 2 in flight).
 
 Generation goes through `GenerationDouble`, whose completions depend only on the prompt and
 the completion's index in its group, never on the rank or on how the prompts were shared out:
@@ -125,6 +127,22 @@ def main(out: Path, runs: list[str]) -> None:
             loop.train(sft_config(out, "two_ranks_sft"), log=lambda _: None, progress=False)
         elif run == "sft-cli":
             loop.sft_run(sft_cli_config(out, "two_ranks_sft_cli"), log=lambda _: None)
+        elif run == "z2-gen-stop":  # SIGUSR1 on rank 0 during step 2's generation
+            generate = loop.start_step
+
+            def signal_during_step_two(ctx: Any, state: Any, step: int,
+                                       generate: Any = generate) -> Any:
+                rollout = generate(ctx, state, step)
+                if step == 2 and env.rank == 0:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+                return rollout
+
+            loop.start_step = signal_during_step_two  # type: ignore[assignment]
+            cut = config(out, "two_ranks_gen_stop", 2)
+            first = loop.train(cut, log=lambda _: None, progress=False)
+            assert first.interrupted and first.step == 1, first  # step 2 in flight
+            loop.start_step = generate  # type: ignore[assignment]
+            loop.train(cut, resume=True, log=lambda _: None, progress=False)
         elif run == "z2-resume":  # SIGUSR1 on rank 0 after step 1, then --resume
             resumed = config(out, "two_ranks_resume", 2)
             first = loop.train(resumed, log=lambda _: None, progress=False,

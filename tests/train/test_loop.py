@@ -527,6 +527,34 @@ def test_a_stop_during_generation_is_honoured_before_the_rewards_and_resumes_exa
         assert a == b
 
 
+def test_a_stop_while_the_trainer_loads_is_honoured_at_its_first_boundary(
+        tmp_path: Path) -> None:
+    """`hargo train` catches stop signals first thing (`early_stop.catch`): one that comes
+    while torch and the model load stops the run right after step 1's generation, with a
+    checkpoint, and the resumed run is the uninterrupted one; the default actions are back
+    once the loop has ended."""
+    from hargo_hpc.train import early_stop
+
+    def cfg(name: str) -> ExperimentConfig:
+        return make_config(tmp_path, name, training={"steps": 2})
+
+    _, whole = run(cfg("whole"))
+    before = {sig: signal.getsignal(sig) for sig in early_stop.SIGNALS}
+    try:
+        early_stop.catch()
+        os.kill(os.getpid(), signal.SIGUSR2)  # submitit's signal, before the loop exists
+        stopped, first = run(cfg("cut"))
+        assert all(signal.getsignal(sig) is signal.SIG_DFL for sig in early_stop.SIGNALS)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert stopped.interrupted and stopped.step == 0 and first == []
+    assert stopped.checkpoint is not None
+    resumed, records = run(cfg("cut"), resume=True)
+    assert resumed.step == 2
+    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+
+
 def test_a_stop_during_the_reward_wait_ends_the_wait_and_resumes_exactly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GEMM with a real bench worker: SIGUSR1 while step 2 waits for its bench results ends

@@ -29,7 +29,7 @@ from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_confi
 
 torch.set_num_threads(1)
 STAGES = (2, 3)
-RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume")
+RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume", "z2-gen-stop")
 SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
@@ -121,6 +121,13 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
                          "z2 resumed")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()
                   if p.name.startswith("step_")) == ["step_000001", "step_000002"]
+
+    # stopped on rank 0's signal between step 2's phases and resumed: the same again
+    run_dir = tmp_path / "two_ranks_gen_stop"
+    got = same_parameters(tmp_path, "z2-gen-stop", run_dir / "export")
+    assert_same_adam_update(got, want, before, LR, STEPS)
+    assert_records_match(m.read_records(run_dir / "metrics.jsonl"), want_records, SAME, CLOSE,
+                         "z2 stopped between phases")
 
     # the sft preset after the warm start: SFT metrics of both phases and the weights match
     run_dir = tmp_path / "two_ranks_sft"
