@@ -330,16 +330,18 @@ def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_ends_like_a_
     counts the requeues); the metrics are those of the same run submitted without a limit."""
     from hargo_hpc.train import metrics as m
 
-    # enough steps for about 90 s of training here: more than one allocation's minute
+    # enough steps for about 80 s of training here (one thread, as each task below gets):
+    # more than the minute an allocation trains before the signal
     probe = subprocess.run([PY, "-m", "hargo_hpc", "train", str(TINY), f"run.dir={tmp_path}",
                             "run.name=probe", "training.steps=6", "training.save_every=0"],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert probe.returncode == 0, probe.stderr[-2000:]
     seconds = sorted(r["timing_s/step"] for r in m.read_records(
         tmp_path / "probe" / "metrics.jsonl")[1:])[2]
-    steps = max(40, round(90 / seconds))
+    steps = max(40, round(80 / seconds))
     common = [*SMALL, f"training.steps={steps}", "training.save_every=0",
-              "slurm.train.max_requeues=8"]
+              "slurm.train.cpus_per_task=1", "slurm.train.max_requeues=8"]
     started = time.monotonic()
     for name, limit in (("limited", ["slurm.train.time=00:02:00",
                                      "slurm.train.signal_lead_s=60"]), ("straight", [])):
