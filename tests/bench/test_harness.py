@@ -124,7 +124,10 @@ def test_far_above_the_reference_is_ok_and_rewarded_above_100(settings, cache_di
     assert not rec["suspicious"] and rec["reward"] == pytest.approx(
         100 * (2 - 1 / rec["ratio"]), rel=1e-4)
     assert rec["reward"] > 100
-    opt_in = slow_ref.model_copy(update={"reference_margin": 1.1})
+    # the opt-in check compares the median GFLOPS with margin x the reference's BEST GFLOPS,
+    # not the paired ratio: a margin of 0.5 flags this kernel however the two timings wobble
+    # (1.1 did not, once in twenty: median g 1.1x the naive median is not 1.1x its best)
+    opt_in = slow_ref.model_copy(update={"reference_margin": 0.5})
     rec = run_request({"id": "s2", "completion": kernel_source("blocked")}, opt_in,
                       cache_dir=cache_dir)  # fmt: skip
     assert rec["status"] == "ok" and rec["ratio"] > 1.1, rec
