@@ -588,6 +588,28 @@ def follow(
 # ---------------------------------------------------------------- waiting
 
 
+def progress_line(now: SubmissionStatus, listed: int = 4) -> str:
+    """One line for `hargo submit --wait`: each job's state counts, the runs' steps and the
+    benchmarks pending in the handoff. Up to `listed` runs are named one by one; a sweep
+    of more is counted by step ("28 runs: 2 at 10/10, 26 at 0/10"), so the line stays short."""
+    jobs = [f"{job.name} " + ", ".join(f"{n} {s}" for s, n in job.counts().items())
+            for job in now.jobs]
+    steps = [f"{run.step or 0}/{run.steps or '?'}" for run in now.runs]
+    if len(now.runs) <= listed:
+        runs = [f"{run.label or 'run'} step {at}" for run, at in zip(now.runs, steps, strict=True)]
+    else:
+        by_step = Counter(steps)
+        runs = [f"{len(steps)} runs: " + ", ".join(
+            f"{n} at {at}" for at, n in sorted(by_step.items(), key=_step_order, reverse=True))]
+    handoff = [f"{now.handoff.pending} pending benchmarks"] if now.handoff else []
+    return "; ".join(jobs + runs + handoff)
+
+
+def _step_order(item: tuple[str, int]) -> tuple[int, bool]:
+    step, total = item[0].split("/")
+    return (int(step), total != "?")
+
+
 def wait_for(manifest: Manifest, *, poll_s: float = 5.0, timeout_s: float | None = None,
              write: Callable[[str], object] = print, clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep) -> str:
@@ -601,12 +623,7 @@ def wait_for(manifest: Manifest, *, poll_s: float = 5.0, timeout_s: float | None
     last = ""
     while True:
         now = status(manifest)
-        line = "; ".join(
-            [f"{job.name} " + ", ".join(f"{n} {s}" for s, n in job.counts().items())
-             for job in now.jobs]
-            + [f"{run.label or 'run'} step {run.step or 0}/{run.steps or '?'}"
-               for run in now.runs]
-            + ([f"{now.handoff.pending} pending benchmarks"] if now.handoff else []))
+        line = progress_line(now)
         if line != last:
             write(line)
             last = line

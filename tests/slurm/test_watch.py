@@ -593,3 +593,24 @@ def test_logs_of_a_finished_real_job(slurm_cluster: dict[str, str], tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert f"task 1 {marker}" in result.output and f"task 0 {marker}" not in result.output
     assert "every task of these logs has ended" in result.stderr
+
+
+def _progress(steps: list[tuple[int | None, int | None]]) -> watch.SubmissionStatus:
+    runs = [watch.RunProgress(index=i, label=f"name-m{i}", dir="", state="RUNNING",
+                              step=step, steps=total) for i, (step, total) in enumerate(steps)]
+    jobs = [watch.JobStatus("train", "7", {0: "RUNNING", 1: "PENDING", 2: "PENDING"})]
+    return watch.SubmissionStatus("x", "/r", "slurm", jobs, runs,
+                                  watch.HandoffProgress("/h", True, pending=3))
+
+
+def test_progress_line_names_a_few_runs_one_by_one() -> None:
+    line = watch.progress_line(_progress([(2, 10), (None, None)]))
+    assert line == ("train 2 PENDING, 1 RUNNING; name-m0 step 2/10; name-m1 step 0/?; "
+                    "3 pending benchmarks")
+
+
+def test_progress_line_counts_a_sweep_by_step_highest_first() -> None:
+    steps = [(10, 10)] * 2 + [(4, 10)] + [(0, 10)] * 25 + [(None, None)]
+    line = watch.progress_line(_progress(steps), listed=4)
+    assert line == ("train 2 PENDING, 1 RUNNING; 29 runs: 2 at 10/10, 1 at 4/10, 25 at 0/10, "
+                    "1 at 0/?; 3 pending benchmarks")
