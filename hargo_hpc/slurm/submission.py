@@ -289,6 +289,7 @@ def write_run_configs(plan: Plan, *, root: bool = True) -> None:
         run.config_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(run.config_file, run.config.to_toml())
         if run.sft_config is not None and run.sft_config_file is not None:
+            run.sft_config_file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(run.sft_config_file, run.sft_config.to_toml())
 
 

@@ -497,3 +497,5 @@ def test_methods_swept_with_seeds_share_one_sft_task_per_seed(tmp_path: Path) ->
     sft_runs = [r.sft_config for r in plan.runs if r.sft_config is not None]
     assert [(c.run.seed, c.run_dir()) for c in sft_runs] == [
         (0, root / "sft-seed-0"), (1, root / "sft-seed-1")]
+    sub.write_run_configs(plan)
+    assert load_config(root / "sft-seed-1" / "config.sft.toml").run.seed == 1
