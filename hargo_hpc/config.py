@@ -449,8 +449,7 @@ def expand_sweep(config: ExperimentConfig, source: str = "<config>") -> list[Swe
         raw = copy.deepcopy(base)
         for key, value in zip(keys, values, strict=True):
             _set_key(raw, key, value, f"{source}: sweep")
-        label = "_".join(f"{key.rsplit('.', 1)[-1]}-{_slug(value)}"
-                         for key, value in zip(keys, values, strict=True))
+        label = sweep_label(dict(zip(keys, values, strict=True)))
         points.append(SweepPoint(label, validate_config(raw, f"{source} (sweep point {label})"),
                                  dict(zip(keys, values, strict=True))))
     labels = [point.label for point in points]
@@ -458,6 +457,11 @@ def expand_sweep(config: ExperimentConfig, source: str = "<config>") -> list[Swe
         raise ConfigError(f"{source}: sweep: two points have the same label; give the values "
                           "distinct names")
     return points
+
+
+def sweep_label(values: dict[str, Any]) -> str:
+    """A sweep point's label: `<last part of each key>-<value>`, joined by `_`."""
+    return "_".join(f"{key.rsplit('.', 1)[-1]}-{_slug(value)}" for key, value in values.items())
 
 
 def _slug(value: Any) -> str:

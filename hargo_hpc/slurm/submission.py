@@ -8,7 +8,8 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             (model.path = <run>/sft/export, sft.steps 0: nothing is trained twice, and a
             requeued training does not redo the SFT). Sweep points whose SFT inputs are equal
             (they differ only in sections SFT does not read, e.g. the method) share one SFT
-            task in <root>/sft/: every method starts from the same checkpoint
+            task, in <root>/sft/ when all do, else per group in <root>/sft-<keys>/ (methods x
+            seeds: sft-seed-0, sft-seed-1): the methods start from the same checkpoint
     train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
             afterok:sft when there is one
     bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
@@ -49,6 +50,7 @@ from hargo_hpc.config import (
     JobResources,
     expand_sweep,
     save_resolved,
+    sweep_label,
 )
 from hargo_hpc.errors import HargoError
 from hargo_hpc.files import write_atomic
@@ -173,8 +175,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                     "path": str(RunLayout(run_dir).sft.export)}),
                 "sft": run.config.sft.model_copy(update={"steps": 0})})
         runs.append(run)
-    if len(runs) > 1 and config.sft.steps and len(
-            {_sft_inputs(r.sft_config) for r in runs if r.sft_config is not None}) == 1:
+    if config.sft.steps:
         _share_sft(runs, root, config_dir)
     py = python or config.slurm.python or sys.executable
     hargo = [py, "-m", "hargo_hpc"]
@@ -229,21 +230,33 @@ def _sft_inputs(config: ExperimentConfig) -> str:
 
 
 def _share_sft(runs: list[PlannedRun], root: Path, config_dir: Path | None) -> None:
-    """One SFT warm start for every run (their SFT inputs are equal): it runs in `<root>/sft/`
-    from the first run's SFT config, and every run's training starts from its export."""
-    first = runs[0]
-    assert first.sft_config is not None
-    shared = first.sft_config.model_copy(update={"run": first.sft_config.run.model_copy(
-        update={"dir": str(root.parent), "name": root.name})})
-    shared_layout = RunLayout(root)  # the shared SFT run's directory is the submission's
-    stem = (shared_layout.config.with_suffix("") if config_dir is None
-            else config_dir.absolute() / root.name)
-    export = str(shared_layout.sft.export)
+    """One SFT warm start for each group of runs whose SFT inputs are equal (`_sft_inputs`),
+    trained from the group's first SFT config; every run of the group trains from its export.
+    One group for all runs: it runs in `<root>/` (export `<root>/sft/export`); several groups
+    (a method swept with seeds, say): each in `<root>/sft-<its SFT keys>/`, e.g. `sft-seed-0`;
+    every run its own group (nothing shared): each run keeps the SFT in its own directory."""
+    groups: dict[str, list[PlannedRun]] = {}
     for run in runs:
-        run.sft_config = run.sft_config_file = None
-        run.config = run.config.model_copy(update={
-            "model": run.config.model.model_copy(update={"path": export})})
-    first.sft_config, first.sft_config_file = shared, Path(f"{stem}.sft.toml")
+        if run.sft_config is not None:
+            groups.setdefault(_sft_inputs(run.sft_config), []).append(run)
+    if len(groups) == len(runs):
+        return
+    for group in groups.values():
+        first = group[0]
+        assert first.sft_config is not None
+        label = sweep_label({key: value for key, value in first.overrides.items()
+                             if key.split(".")[0] not in NOT_SFT_INPUTS})
+        home = root if len(groups) == 1 else root / f"sft-{label or first.index}"
+        shared = first.sft_config.model_copy(update={"run": first.sft_config.run.model_copy(
+            update={"dir": str(home.parent), "name": home.name})})
+        layout = RunLayout(home)
+        stem = (layout.config.with_suffix("") if config_dir is None
+                else config_dir.absolute() / home.name)
+        for run in group:
+            run.sft_config = run.sft_config_file = None
+            run.config = run.config.model_copy(update={
+                "model": run.config.model.model_copy(update={"path": str(layout.sft.export)})})
+        first.sft_config, first.sft_config_file = shared, Path(f"{stem}.sft.toml")
 
 
 # ---------------------------------------------------------------- scripts
@@ -281,6 +294,7 @@ def write_run_configs(plan: Plan, *, root: bool = True) -> None:
         run.config_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(run.config_file, run.config.to_toml())
         if run.sft_config is not None and run.sft_config_file is not None:
+            run.sft_config_file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(run.sft_config_file, run.sft_config.to_toml())
 
 

@@ -586,3 +586,22 @@ def test_methods_swept_from_one_warm_start_share_one_sft_task(tmp_path: Path) ->
     assert apart.job("sft").tasks == 2
     assert [r.config.model.path for r in apart.runs] == [
         str(r.dir / "sft" / "export") for r in apart.runs]
+
+
+def test_methods_swept_with_seeds_share_one_sft_task_per_seed(tmp_path: Path) -> None:
+    """Methods x seeds: the seed changes the SFT (its data order), the method does not, so one
+    SFT task per seed, in <root>/sft-seed-<s>/, and every method of a seed trains from it."""
+    plan = sub.plan_submission(tiny(tmp_path, "sft.steps=3", 'sweep={"algorithm.name"='
+                                    '["grpo","hargo","rloo"],"run.seed"=[0,1]}'))
+    root = tmp_path / "tiny"
+    assert plan.job("sft").commands == [
+        [PY, "-m", "hargo_hpc", "sft", str(root / f"sft-seed-{s}" / "config.sft.toml")]
+        for s in (0, 1)]
+    for run in plan.runs:
+        seed = run.overrides["run.seed"]
+        assert run.config.model.path == str(root / f"sft-seed-{seed}" / "sft" / "export")
+    sft_runs = [r.sft_config for r in plan.runs if r.sft_config is not None]
+    assert [(c.run.seed, c.run_dir()) for c in sft_runs] == [
+        (0, root / "sft-seed-0"), (1, root / "sft-seed-1")]
+    sub.write_run_configs(plan)
+    assert load_config(root / "sft-seed-1" / "config.sft.toml").run.seed == 1
