@@ -27,6 +27,28 @@ def test_standard_variables() -> None:
     assert exported == TORCHRUN
 
 
+@pytest.mark.parametrize(("local_rank", "visible", "device"), [
+    (3, 8, 3),   # --gres=gpu:8, 8 tasks a node: every GPU visible, one per rank
+    (1, 1, 0),   # --gpus-per-task=1 / --gpu-bind=single:1: each task sees only its own
+    (5, 4, 1),   # two ranks per GPU
+    (1, 0, 1),   # the CPU: no device, the index stays the local rank
+])
+def test_device_index_follows_the_visible_devices(local_rank: int, visible: int,
+                                                  device: int) -> None:
+    assert distributed.device_index(local_rank, visible) == device
+
+
+def test_local_rank_is_exported_as_the_device_deepspeed_selects() -> None:
+    """DeepSpeed calls set_device(LOCAL_RANK): with one GPU bound to the task, rank 1 of the
+    node must ask for device 0, not 1 (which does not exist in its view)."""
+    exported: dict[str, str] = {}
+    detect(TORCHRUN).export(exported, visible=1)
+    assert exported["LOCAL_RANK"] == "0" and exported["RANK"] == "1"
+    exported.clear()
+    detect(TORCHRUN).export(exported, visible=8)
+    assert exported["LOCAL_RANK"] == "1"
+
+
 def test_one_process_when_nothing_is_set() -> None:
     env = detect({})
     assert (env.rank, env.world_size, env.local_rank, env.master_addr) == (0, 1, 0, "127.0.0.1")

@@ -70,14 +70,35 @@ class DistEnv:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def export(self, environ: dict[str, str] | None = None) -> None:
-        """Set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in `environ` (os.environ)."""
+    def export(self, environ: dict[str, str] | None = None, visible: int | None = None) -> None:
+        """Set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in `environ` (os.environ).
+
+        LOCAL_RANK is what DeepSpeed passes to `set_device`, so it is written as this rank's
+        device among the `visible` ones (`device_index`; default: the accelerator's count,
+        none on the CPU): under one-GPU-per-task binding rank 1 of a node sees one device, 0."""
         target = os.environ if environ is None else environ
+        visible = visible_devices() if visible is None else visible
         target.update(
             RANK=str(self.rank), WORLD_SIZE=str(self.world_size),
-            LOCAL_RANK=str(self.local_rank), MASTER_ADDR=self.master_addr,
-            MASTER_PORT=str(self.master_port),
+            LOCAL_RANK=str(device_index(self.local_rank, visible)),
+            MASTER_ADDR=self.master_addr, MASTER_PORT=str(self.master_port),
         )
+
+
+def visible_devices() -> int:
+    """How many accelerator devices this process sees (0 on the CPU). Slurm's binding decides
+    it: `--gpus-per-task=1` or `--gpu-bind=single:1` leaves one per task, a plain
+    `--gres=gpu:N` all N of the node (CUDA_VISIBLE_DEVICES)."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return int(accelerator.device_count()) if accelerator and accelerator.is_available() else 0
+
+
+def device_index(local_rank: int, visible: int) -> int:
+    """The device of the rank with node-local rank `local_rank` when it sees `visible` devices:
+    `local_rank mod visible` (its own device when every device of the node is visible and
+    there is one per rank; device 0 when binding leaves it one), `local_rank` itself when it
+    sees none (the CPU, where the index names no device)."""
+    return local_rank % visible if visible > 0 else local_rank
 
 
 # One process listens on port 0: the kernel picks a free port as the store binds it. A port
@@ -174,15 +195,14 @@ def init(env: DistEnv | None = None, *, backend: str | None = None) -> DistEnv:
     """Export `env` (default: `detect()`) and create the default process group if none exists.
 
     backend None lets torch pick per device type (gloo for CPU, NCCL for CUDA). With an
-    accelerator (torch.accelerator) the current device is local_rank (mod the visible count).
+    accelerator (torch.accelerator) the current device is `device_index` of the local rank.
     DeepSpeed's `initialize` later finds the group and uses it.
     """
     env = detect() if env is None else env
-    env.export()
-    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; None: CPU or older torch
-    if accelerator is not None and accelerator.is_available():
-        # one device per local rank before any collective (NCCL objects go to the current one)
-        accelerator.set_device_index(env.local_rank % max(1, accelerator.device_count()))
+    visible = visible_devices()
+    env.export(visible=visible)
+    if visible:  # the device before any collective (NCCL objects go to the current one)
+        torch.accelerator.set_device_index(device_index(env.local_rank, visible))
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
     return env
