@@ -241,6 +241,7 @@ class Answerer:
     def __init__(self, model_path: str, config: ExperimentConfig, *, batch_size: int,
                  log: Log) -> None:
         from hargo_hpc.tasks.prompts import resolve_format
+        from hargo_hpc.train.backend.distributed import job_device
         from hargo_hpc.train.model.models import load_policy
         from hargo_hpc.train.rollout.generate import HFGenerateBackend
 
@@ -254,7 +255,7 @@ class Answerer:
             raise EvalError(f"{model_path}: {err}") from None
         self.name, self.batch_size, self.log = model_path, batch_size, log
         self.seed = config.split_seed()
-        self.backend = HFGenerateBackend(model, self.tokenizer)
+        self.backend = HFGenerateBackend(model.to(job_device()), self.tokenizer)
 
     def __call__(self, tasks: dict[str, Task], plans: dict[str, TaskPlan]
                  ) -> dict[str, list[str]]:

@@ -133,3 +133,45 @@ def test_bad_targets_and_baselines_are_one_line(tmp_path: Path) -> None:
     done = hargo("eval", "tiny", "--tasks", "plp_qa", "-n", "0")
     assert done.exit_code == 2 and "-n" in done.output
     assert not (tmp_path / "eval").exists()
+
+
+def test_the_answering_model_is_moved_to_the_jobs_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hargo eval` on a GPU node generates on the job's GPU, not where the weights loaded (the
+    CPU). No GPU here: the job's device is faked as `meta` (any non-CPU device shows the move)."""
+    import torch
+
+    from hargo_hpc.eval.evaluate import Answerer
+    from hargo_hpc.train.backend import distributed
+
+    config = validate_config({"model": {"path": "tiny"}})
+    assert distributed.job_device() == torch.device("cpu")  # this machine has no accelerator
+    monkeypatch.setattr(distributed, "job_device", lambda: torch.device("meta"))
+    answerer = Answerer("tiny", config, batch_size=2, log=lambda _: None)
+    assert {p.device.type for p in answerer.backend.model.parameters()} == {"meta"}
+
+
+def test_the_jobs_device_is_the_accelerators_current_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from hargo_hpc.train.backend import distributed
+
+    class FakeAccelerator:  # a test double for torch.accelerator on a GPU node
+        @staticmethod
+        def is_available() -> bool:
+            return True
+
+        @staticmethod
+        def device_count() -> int:
+            return 4
+
+        @staticmethod
+        def current_accelerator() -> torch.device:
+            return torch.device("meta")
+
+        @staticmethod
+        def current_device_index() -> int:
+            return 2
+
+    monkeypatch.setattr(torch, "accelerator", FakeAccelerator)
+    assert distributed.visible_devices() == 4
+    assert distributed.job_device() == torch.device("meta", 2)

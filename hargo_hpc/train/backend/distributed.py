@@ -93,6 +93,15 @@ def visible_devices() -> int:
     return int(accelerator.device_count()) if accelerator and accelerator.is_available() else 0
 
 
+def job_device() -> torch.device:
+    """Where a one-process job (`hargo eval`, the SFT sample check) computes: the accelerator's
+    current device when one is visible (the job's GPU), else the CPU."""
+    if visible_devices():
+        return torch.device(torch.accelerator.current_accelerator().type,
+                            torch.accelerator.current_device_index())
+    return torch.device("cpu")
+
+
 def device_index(local_rank: int, visible: int) -> int:
     """The device of the rank with node-local rank `local_rank` when it sees `visible` devices:
     `local_rank mod visible` (its own device when every device of the node is visible and
