@@ -7,6 +7,7 @@ submitit executor whose `submit`/`map_array` run the same entry point under Slur
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -84,25 +85,28 @@ def make_executor(
     requeue: bool = False,
     dependency: str = "",
     max_requeues: int = 3,
-) -> submitit.AutoExecutor:
+) -> submitit.AutoExecutor | submitit.LocalExecutor:
     """A submitit executor for one job kind; "auto" uses Slurm when `sbatch` is available.
 
     On Slurm: `slurm_parameters` of the resources, submitit's job script running `python`
     (default: this interpreter), its stdout and stderr in one log per task, `dependency` (an
     sbatch `--dependency` value; one that can never hold ends the job) and at most
     `max_requeues` requeues after a time limit. Locally: one process per task (submitted
-    task, not rank), the name, the time limit and the signal's lead."""
-    cluster = None if backend == "auto" else backend
-    executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster,
+    task, not rank), the time limit and the signal's lead."""
+    params = slurm_parameters(resources, setup, job_name=job_name, requeue=requeue)
+    if backend == "local" or (backend == "auto" and shutil.which("sbatch") is None):
+        # submitit's AutoExecutor refuses the local executor's signal lead (not in its valid
+        # parameters), so the local one is built directly: it takes the time limit and lead
+        local = submitit.LocalExecutor(folder=str(folder), max_num_timeout=max_requeues,
+                                       **({"python": python} if python else {}))
+        local.update_parameters(timeout_min=params["timeout_min"],
+                                signal_delay_s=params["slurm_signal_delay_s"])
+        return local
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm",
                                      slurm_max_num_timeout=max_requeues,
                                      **({"slurm_python": python} if python else {}))
-    params = slurm_parameters(resources, setup, job_name=job_name, requeue=requeue)
-    if executor.cluster == "slurm":
-        if dependency:
-            params["slurm_additional_parameters"].update(dependency=dependency,
-                                                         kill_on_invalid_dep="yes")
-        executor.update_parameters(**params, slurm_stderr_to_stdout=True)
-    else:  # the local executor: the generic parameters it understands, and the signal's lead
-        executor.update_parameters(name=params["name"], timeout_min=params["timeout_min"],
-                                   local_signal_delay_s=params["slurm_signal_delay_s"])
+    if dependency:
+        params["slurm_additional_parameters"].update(dependency=dependency,
+                                                     kill_on_invalid_dep="yes")
+    executor.update_parameters(**params, slurm_stderr_to_stdout=True)
     return executor
