@@ -154,6 +154,8 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         if res.signal_lead_s >= minutes(res.time) * 60:
             raise ConfigError(f"{source}: slurm.{kind}.signal_lead_s ({res.signal_lead_s} s) "
                               f"must be shorter than its time limit ({res.time})")
+    for label, point, _ in points:
+        check_ranks(point, f"{source}" + (f" (sweep point {label})" if label else ""))
     remote = any(get_task(spec.name).remote for spec in config.data.tasks)
     handoff_dir = root / HANDOFF if remote else None
     runs = []
@@ -213,6 +215,27 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
               "training and evaluation ended"]],
             after=[("afterany", "train"), ("afterany", "eval")]))
     return Plan(config, root, runs, jobs, handoff_dir, py)
+
+
+def check_ranks(config: ExperimentConfig, where: str) -> None:
+    """ConfigError (one line) unless the train job's ranks fit the run, checked before anything
+    queues: one GPU per rank (`gpus_per_node` = `ntasks_per_node` when it asks for GPUs: NCCL
+    refuses two ranks on one device, and a GPU without a rank idles), and the rollout batch
+    shared by nodes x ntasks_per_node ranks in whole prompts and micro-batches (SFT and RL run
+    on the same [slurm.train] resources)."""
+    from hargo_hpc.train.settings import check_batch_shape
+
+    res = config.slurm.train
+    if res.gpus_per_node and res.gpus_per_node != res.ntasks_per_node:
+        raise ConfigError(f"{where}: slurm.train.gpus_per_node ({res.gpus_per_node}) must equal "
+                          f"slurm.train.ntasks_per_node ({res.ntasks_per_node}): each rank "
+                          "trains on one GPU of its node")
+    ranks = res.nodes * res.ntasks_per_node
+    try:
+        check_batch_shape(config.rollout, config.training, ranks)
+    except ValueError as err:
+        raise ConfigError(f"{where}: with slurm.train's {ranks} rank(s) ({res.nodes} node(s) x "
+                          f"{res.ntasks_per_node} task(s)): {err}") from None
 
 
 # Sections an SFT warm start does not read: sweep points that differ only there share one SFT.

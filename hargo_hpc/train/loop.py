@@ -37,6 +37,7 @@ from hargo_hpc.config import ExperimentConfig, generation_budget, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.split import MixtureSampler
+from hargo_hpc.tasks.registry import get_task
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
@@ -88,8 +89,10 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
     env = distributed.detect()
     algorithm, accum = resolve(config, env.world_size)
     own_group = env.world_size > 1 and not torch.distributed.is_initialized()
-    if own_group:
-        distributed.init(env)
+    if own_group:  # ranks >= 1 wait in a broadcast while rank 0 waits for the bench
+        remote = any(get_task(spec.name).remote for spec in config.data.tasks)
+        distributed.init(env, timeout_s=distributed.group_timeout_s(
+            config.handoff.step_timeout_s if remote else None))
     try:
         return _train(config, paths, algorithm, accum, env, resume=resume,
                       log=log if env.is_main else quiet, on_step=on_step, progress=progress)

@@ -49,6 +49,24 @@ def test_local_rank_is_exported_as_the_device_deepspeed_selects() -> None:
     assert exported["LOCAL_RANK"] == "1"
 
 
+def test_the_group_outwaits_rank_0s_wait_for_the_bench() -> None:
+    """Ranks >= 1 sit in a broadcast while rank 0 waits up to handoff.step_timeout_s for the
+    bench: the group's timeout is that wait plus the margin; torch's default without one."""
+    assert distributed.group_timeout_s(None) == distributed.DEFAULT_GROUP_TIMEOUT_S == 1800.0
+    assert distributed.group_timeout_s(900.0) == 900.0 + distributed.GROUP_MARGIN_S
+    assert distributed.group_timeout_s(7200.0) == 7200.0 + distributed.GROUP_MARGIN_S
+
+
+def test_init_gives_the_process_group_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group",  # a recording test double
+                        lambda **kwargs: seen.update(kwargs))
+    distributed.init(DistEnv(0, 2, 0, "127.0.0.1", 29500, "env"), timeout_s=2700.0)
+    assert seen["timeout"].total_seconds() == 2700.0  # type: ignore[attr-defined]
+    assert (seen["rank"], seen["world_size"]) == (0, 2)
+
+
 def test_one_process_when_nothing_is_set() -> None:
     env = detect({})
     assert (env.rank, env.world_size, env.local_rank, env.master_addr) == (0, 1, 0, "127.0.0.1")

@@ -36,6 +36,7 @@ input unchanged and need no process group.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import socket
 from collections.abc import Iterator, Mapping
@@ -200,8 +201,27 @@ def detect(environ: Mapping[str, str] | None = None) -> DistEnv:
     return DistEnv(0, 1, 0, "127.0.0.1", SINGLE_PORT, "single")
 
 
-def init(env: DistEnv | None = None, *, backend: str | None = None) -> DistEnv:
-    """Export `env` (default: `detect()`) and create the default process group if none exists.
+# What a collective may wait beyond the reward wait: one step's generation, update and
+# checkpoint on the slowest rank (generous; a hung job still ends, just later).
+GROUP_MARGIN_S = 1800.0
+# torch's own default for a process group's collectives (NCCL's is 10 min).
+DEFAULT_GROUP_TIMEOUT_S = 1800.0
+
+
+def group_timeout_s(reward_wait_s: float | None) -> float:
+    """How long a collective waits for the other ranks before the job fails: while rank 0
+    waits up to `reward_wait_s` for the bench (handoff.step_timeout_s), ranks >= 1 wait in a
+    broadcast, so the group's timeout is that wait plus GROUP_MARGIN_S; torch's default
+    (DEFAULT_GROUP_TIMEOUT_S) when nothing waits for the bench (None: SFT, text tasks)."""
+    if reward_wait_s is None:
+        return DEFAULT_GROUP_TIMEOUT_S
+    return float(reward_wait_s) + GROUP_MARGIN_S
+
+
+def init(env: DistEnv | None = None, *, backend: str | None = None,
+         timeout_s: float = DEFAULT_GROUP_TIMEOUT_S) -> DistEnv:
+    """Export `env` (default: `detect()`) and create the default process group if none exists,
+    its collectives failing after `timeout_s` (`group_timeout_s`).
 
     backend None lets torch pick per device type (gloo for CPU, NCCL for CUDA). With an
     accelerator (torch.accelerator) the current device is `device_index` of the local rank.
@@ -213,7 +233,8 @@ def init(env: DistEnv | None = None, *, backend: str | None = None) -> DistEnv:
     if visible:  # the device before any collective (NCCL objects go to the current one)
         torch.accelerator.set_device_index(device_index(env.local_rank, visible))
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
     return env
 
 
