@@ -36,8 +36,8 @@ from hargo_hpc.algorithms.weighting import make_weighting
 from hargo_hpc.config import ExperimentConfig, generation_budget, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
-from hargo_hpc.tasks.split import MixtureSampler
 from hargo_hpc.tasks.registry import get_task
+from hargo_hpc.tasks.split import MixtureSampler
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
