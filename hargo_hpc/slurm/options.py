@@ -33,6 +33,8 @@ TIME_SIGNAL = "USR1"
 # one thread per CPU the task holds; the hub offline (the models are local directories)
 JOB_ENVIRONMENT = (
     'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+    # srun does not inherit --cpus-per-task on Slurm 22.05-23.02: each rank got one CPU
+    '[ -z "${SLURM_CPUS_PER_TASK:-}" ] || export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
     'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"',
     'export HF_DATASETS_OFFLINE="${HF_DATASETS_OFFLINE:-1}"',
 )
