@@ -53,11 +53,13 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
     """Check JOB (and OVERRIDES); print `ok` or one line naming what is wrong.
 
     Beyond the schema, this resolves the algorithm preset (e.g. HARGO's base estimator must
-    be the method's) and checks that the rollout batch divides into micro-batches.
+    be the method's) and checks that the rollout batch divides into micro-batches, on one
+    rank and on [slurm.train]'s nodes x tasks, with one GPU per rank when it asks for GPUs.
     """
     cfg = load_or_fail(job, overrides)
     from hargo_hpc.algorithms.presets import resolve_algorithm
     from hargo_hpc.config import expand_sweep
+    from hargo_hpc.slurm.submission import check_ranks
     from hargo_hpc.train.settings import check_batch_shape
 
     try:
@@ -66,9 +68,10 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
             where = f"{job}" + (f" (sweep point {label})" if label else "")
             try:
                 resolve_algorithm(point.algorithm)
-                check_batch_shape(point.rollout, point.training)  # one rank; a launch checks
+                check_batch_shape(point.rollout, point.training)  # one rank (hargo train)
             except ValueError as err:
                 raise UsageFailure(f"{where}: {err}") from None
+            check_ranks(point, where)  # the ranks of [slurm.train] (hargo submit)
     except ConfigError as err:
         raise UsageFailure(str(err)) from None
     runs = f", {len(points)} sweep runs" if cfg.sweep else ""

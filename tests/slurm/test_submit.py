@@ -605,3 +605,31 @@ def test_methods_swept_with_seeds_share_one_sft_task_per_seed(tmp_path: Path) ->
         (0, root / "sft-seed-0"), (1, root / "sft-seed-1")]
     sub.write_run_configs(plan)
     assert load_config(root / "sft-seed-1" / "config.sft.toml").run.seed == 1
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["slurm.train.nodes=3"],  # 4 prompts over 3 ranks
+     "jobs/tiny.toml: with slurm.train's 3 rank(s) (3 node(s) x 1 task(s)): "
+     "rollout.prompts_per_step (4) is not divisible by the 3 ranks"),
+    (["slurm.train.nodes=2", "slurm.train.ntasks_per_node=2", "slurm.train.gpus_per_node=2",
+      "training.micro_batch_size=8"],  # 16 rows, 4 a rank: not a whole micro-batch of 8
+     "jobs/tiny.toml: with slurm.train's 4 rank(s) (2 node(s) x 2 task(s)): rollout."
+     "prompts_per_step x rollout.num_generations = 16 rows (4 per rank) is not divisible "
+     "by training.micro_batch_size (8)"),
+    (["slurm.train.gpus_per_node=2"],
+     "jobs/tiny.toml: slurm.train.gpus_per_node (2) must equal slurm.train.ntasks_per_node "
+     "(1): each rank trains on one GPU of its node"),
+    (['sweep={"rollout.prompts_per_step"=[4,5]}', "slurm.train.nodes=2",
+      "slurm.train.gpus_per_node=0", "training.micro_batch_size=4"],
+     "jobs/tiny.toml (sweep point prompts_per_step-5): with slurm.train's 2 rank(s)"),
+])
+def test_the_ranks_are_checked_against_the_batch_and_the_gpus_before_anything_queues(
+        tmp_path: Path, overrides: list[str], message: str) -> None:
+    config = tiny(tmp_path, *overrides)
+    with pytest.raises(ConfigError) as err:
+        sub.plan_submission(config, "jobs/tiny.toml")
+    assert str(err.value).startswith(message)
+    assert not (tmp_path / "tiny").exists()
+    fits = tiny(tmp_path, "slurm.train.nodes=2", "slurm.train.ntasks_per_node=2",
+                "slurm.train.gpus_per_node=2", "training.micro_batch_size=4")
+    assert sub.plan_submission(fits).job("train").resources.nodes == 2
