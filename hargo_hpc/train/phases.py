@@ -157,8 +157,17 @@ def shape_rewards(algorithm: ResolvedAlgorithm, batch: RewardBatch, lengths: Ten
 
 
 def reference_logprobs(ctx: RunContext, gen: Generations) -> Tensor | None:
-    """The reference model's token log-probs of this rank's rows; None without a reference."""
-    return None if ctx.reference is None else policy_logprobs(ctx, ctx.reference, gen)
+    """The reference model's token log-probs of this rank's rows; None without a reference.
+    A reference kept elsewhere than the rows (model.reference_device = "cpu" beside a GPU
+    policy) gets them copied to its device, and its log-probs come back to the rows'."""
+    if ctx.reference is None:
+        return None
+    where = next(ctx.reference.parameters()).device
+    if where == gen.input_ids.device:
+        return policy_logprobs(ctx, ctx.reference, gen)
+    return token_logprobs(ctx.reference, gen.input_ids.to(where), gen.attention_mask.to(where),
+                          gen.completion_start, ctx.logprob_micro,
+                          temperature=ctx.sampling.temperature).to(gen.input_ids.device)
 
 
 def policy_logprobs(ctx: RunContext, model: torch.nn.Module, gen: Generations) -> Tensor:

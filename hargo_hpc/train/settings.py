@@ -43,6 +43,15 @@ class ModelSection(_Section):
         "", description="where 'tiny' and 'smollm2' are built; '' = "
         "$XDG_CACHE_HOME/hargo-hpc/models",
     )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute each layer's activations in the backward pass instead "
+        "of keeping them: less memory for long completions, about a third more update compute",
+    )
+    reference_device: Literal["policy", "cpu"] = Field(
+        "policy", description="where the reference model (KL, HARGO's weights) lives: on the "
+        "policy's device, or 'cpu' (no full copy in each rank's GPU memory; its log-probs are "
+        "computed on the host and moved over)",
+    )
 
 
 class RolloutSection(_Section):

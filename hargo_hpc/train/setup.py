@@ -131,7 +131,9 @@ def load_models(config: ExperimentConfig, needs_reference: bool
             lora = LoraOptions(r=section.lora_r, alpha=section.lora_alpha,
                                dropout=section.lora_dropout,
                                target_modules=tuple(section.lora_target_modules))
-        policy, tokenizer = load_policy(section.path, lora=lora, **kwargs)
+        policy, tokenizer = load_policy(section.path, lora=lora,
+                                        gradient_checkpointing=section.gradient_checkpointing,
+                                        **kwargs)
         reference = load_reference(section.path, **kwargs) if needs_reference else None
     except ValueError as err:
         raise TrainError(str(err)) from None

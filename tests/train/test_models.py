@@ -13,7 +13,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from numerics import forward_atol
+from numerics import forward_atol, grad_rtol
 from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig
 
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
@@ -420,3 +420,44 @@ def test_smollm2_conversion_matches_the_gguf_model(tmp_path: Path,
     assert torch.equal(ours, theirs)
     monkeypatch.setattr(models, "_load_gguf_raw", None)  # a second load converts nothing
     assert load_reference("smollm2", cache_dir=tmp_path).config.vocab_size == len(tok)
+
+
+@pytest.mark.parametrize("lora", [None, LoraOptions(r=8, alpha=16)], ids=["full", "lora"])
+def test_gradient_checkpointing_recomputes_the_same_gradients(cache: Path,
+                                                              lora: LoraOptions | None) -> None:
+    """model.gradient_checkpointing trades memory for a second forward in the backward: the
+    loss and every gradient are the same computation in the same order (bounded by float32
+    rounding of the longest reduction, the 128-wide MLP), and the layers really checkpoint."""
+    ids = None
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        policy, tok = load_policy("tiny", cache_dir=cache, lora=lora,
+                                  gradient_checkpointing=checkpointing)
+        base = policy.get_base_model() if lora else policy
+        assert base.is_gradient_checkpointing is checkpointing
+        policy.train()
+        if ids is None:
+            ids = torch.tensor([tok(GEMM).input_ids] * 2)
+        loss = policy(input_ids=ids, labels=ids).loss
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad.clone() for n, p in policy.named_parameters()
+                                      if p.requires_grad}))
+    (loss_a, a), (loss_b, b) = grads
+    assert a.keys() == b.keys() and a
+    rtol = grad_rtol(128)
+    torch.testing.assert_close(loss_b, loss_a, rtol=rtol, atol=0)
+    for name in a:
+        scale = float(a[name].abs().max())
+        torch.testing.assert_close(b[name], a[name], rtol=rtol, atol=rtol * scale, msg=name)
+
+
+def test_a_model_without_gradient_checkpointing_is_refused(cache: Path) -> None:
+    tiny = models.tiny_dir(cache)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    model.__class__.supports_gradient_checkpointing = False  # what such an architecture says
+    try:
+        with pytest.raises(ValueError, match="does not support model.gradient_checkpointing"):
+            load_policy("tiny", cache_dir=cache, gradient_checkpointing=True)
+    finally:
+        model.__class__.supports_gradient_checkpointing = True

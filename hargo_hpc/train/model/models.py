@@ -1,6 +1,7 @@
 """Policy and reference models with their tokenizers, from `model.path`.
 
-    load_policy(path, *, dtype, trust_remote_code, lora, cache_dir) -> (model, tokenizer)
+    load_policy(path, *, dtype, trust_remote_code, lora, cache_dir, gradient_checkpointing)
+        -> (model, tokenizer)
     load_reference(path, *, dtype, trust_remote_code, lora, cache_dir) -> frozen model
     export_hf(model, tokenizer, out_dir) -> out_dir          # merged LoRA, safetensors
 
@@ -393,12 +394,21 @@ def apply_lora(model: Any, options: LoraOptions) -> Any:
 def load_policy(
     path: str, *, dtype: str = "float32", trust_remote_code: bool = False,
     lora: LoraOptions | None = None, cache_dir: Path | str | None = None,
+    gradient_checkpointing: bool = False,
 ) -> tuple[Any, Any]:
     """The trainable policy and its tokenizer (pad token set, left padding); with `lora`, a
-    peft model whose adapters are the only trainable parameters."""
+    peft model whose adapters are the only trainable parameters; with
+    `gradient_checkpointing`, each decoder layer's activations are recomputed in the backward
+    pass (transformers' non-reentrant checkpointing: it needs no input that requires grad, so
+    it works under LoRA too; generation, in eval mode, is unaffected)."""
     model, tokenizer = _load_base(path, dtype, trust_remote_code, cache_dir)
     prepare_tokenizer(tokenizer)
     _match_pad(model, tokenizer)
+    if gradient_checkpointing:
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise ValueError(f"model {path}: its architecture does not support "
+                             "model.gradient_checkpointing")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if lora is not None:
         model = apply_lora(model, lora)
     return model, tokenizer
