@@ -457,7 +457,7 @@ def test_a_model_without_gradient_checkpointing_is_refused(cache: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny)
     model.__class__.supports_gradient_checkpointing = False  # what such an architecture says
     try:
-        with pytest.raises(ValueError, match="does not support model.gradient_checkpointing"):
+        with pytest.raises(ValueError, match=r"does not support model\.gradient_checkpointing"):
             load_policy("tiny", cache_dir=cache, gradient_checkpointing=True)
     finally:
         model.__class__.supports_gradient_checkpointing = True
