@@ -10,13 +10,14 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             (they differ only in sections SFT does not read, e.g. the method) share one SFT
             task, in <root>/sft/ when all do, else per group in <root>/sft-<keys>/ (methods x
             seeds: sft-seed-0, sft-seed-1): the methods start from the same checkpoint
-    train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
-            afterok:sft when there is one
     bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
             rewarded by the bench), serving every run: they share one handoff directory, each
-            run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); `after` the
-            first training task started, so workers do not sit idle (and time out) while the
-            GPU jobs wait in the queue
+            run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); afterok:sft
+            when there is one (not idle through the warm start)
+    train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
+            afterok:sft when there is one, and `after` the first worker started when there
+            are workers: the bench is up before training first waits for it (a worker queued
+            behind a busy CPU partition while rank 0 waited out its step timeout lost steps)
     eval    afterok:train, `hargo eval <run dir>` array, one task per run: the export on the
             held-out split, WinRate against the run's starting model, GEMM through the same
             workers (eval/metrics.json)
@@ -189,17 +190,18 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                                 for r in runs if r.sft_config_file is not None],
                                to_steps=True, requeue=True,
                                variables={"max_requeues": slurm.train.max_requeues}))
-    jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
-                           [[*hargo, "train", str(r.config_file)] for r in runs],
-                           to_steps=True, requeue=True,
-                           variables={"max_requeues": slurm.train.max_requeues},
-                           after=[("afterok", "sft")] if config.sft.steps else []))
-    if handoff_dir is not None:
+    after_sft: list[tuple[str, str]] = [("afterok", "sft")] if config.sft.steps else []
+    if handoff_dir is not None:  # workers first: training starts once one of them has
         worker = [*hargo, "worker", "--handoff", str(handoff_dir), "--config",
                   str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",
                   "--threads", "1"]
         jobs.append(PlannedJob("bench", "bench_worker.sh.j2", slurm.bench,
-                               [worker] * config.handoff.workers, after=[("after", "train")]))
+                               [worker] * config.handoff.workers, after=after_sft))
+    jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
+                           [[*hargo, "train", str(r.config_file)] for r in runs],
+                           to_steps=True, requeue=True,
+                           variables={"max_requeues": slurm.train.max_requeues},
+                           after=after_sft + ([("after", "bench")] if handoff_dir else [])))
     jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,
                            [[*hargo, "eval", str(r.dir)] for r in runs],
                            after=[("afterok", "train")]))

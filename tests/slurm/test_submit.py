@@ -68,13 +68,15 @@ def wait_until(condition: Any, timeout: float, what: str) -> Any:
 def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) -> None:
     plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP))
     root = tmp_path / "tiny"
-    assert [j.name for j in plan.jobs] == ["train", "bench", "eval", "report", "stop"]
-    assert [(j.name, j.tasks) for j in plan.jobs] == [("train", 2), ("bench", 1), ("eval", 2),
+    assert [j.name for j in plan.jobs] == ["bench", "train", "eval", "report", "stop"]
+    assert [(j.name, j.tasks) for j in plan.jobs] == [("bench", 1), ("train", 2), ("eval", 2),
                                                      ("report", 1), ("stop", 1)]
     assert plan.job("report").after == [("afterok", "eval")]
     assert plan.job("report").commands[0][-5:] == [
         "report", str(root / "name-grpo"), str(root / "name-hargo"), "-o", str(root / "report")]
-    assert plan.job("bench").after == [("after", "train")]
+    # the workers first, training once one of them has started (up before its first wait)
+    assert plan.job("bench").after == []
+    assert plan.job("train").after == [("after", "bench")]
     assert plan.job("stop").after == [("afterany", "train"), ("afterany", "eval")]
     assert plan.job("eval").after == [("afterok", "train")]
     assert plan.root == root and plan.handoff_dir == root / "handoff"
@@ -113,11 +115,12 @@ def test_dry_run_prints_every_script_and_the_graph_and_submits_nothing(tmp_path:
     done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, *GEMM_SWEEP, "--dry-run")
     assert done.exit_code == 0, done.stderr
     out = done.stdout
-    for name in ("train", "bench", "eval", "report", "stop"):
+    for name in ("bench", "train", "eval", "report", "stop"):
         assert f"# ---- {name}.sh\n#!/bin/bash\n" in out
     graph = out.split("# ---- dependency graph\n")[1].splitlines()
-    assert [line.split()[0] for line in graph] == ["train", "bench", "eval", "report", "stop"]
-    assert "after after:train" in graph[1] and "after afterok:train" in graph[2]
+    assert [line.split()[0] for line in graph] == ["bench", "train", "eval", "report", "stop"]
+    assert "after -" in graph[0] and "after after:bench" in graph[1]
+    assert "after afterok:train" in graph[2]
     assert "after afterok:eval" in graph[3]
     assert "after afterany:train, afterany:eval" in graph[4]
     assert "#SBATCH --requeue" in out and "#SBATCH --signal=USR1@120" in out
@@ -213,8 +216,8 @@ def test_submit_a_two_method_sweep_with_gemm_served_by_one_worker_array(
     assert done.exit_code == 0, done.stderr + "\n" + "".join(
         p.read_text()[-2000:] for p in (root / "submitit").rglob("*.out"))
     manifest = load_manifest(root)
-    assert [j.name for j in manifest.jobs] == ["train", "bench", "eval", "report", "stop"]
-    assert manifest.job("bench").dependency == f"after:{manifest.job('train').job_id}_0"
+    assert [j.name for j in manifest.jobs] == ["bench", "train", "eval", "report", "stop"]
+    assert manifest.job("train").dependency == f"after:{manifest.job('bench').job_id}"
     progress = done.stderr.splitlines()  # --wait: a line whenever states or steps change
     assert any("train 2 RUNNING" in line for line in progress), progress
     assert "train 2 COMPLETED" in progress[-1] and "name-hargo step 2/2" in progress[-1]
@@ -416,8 +419,8 @@ def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> N
     assert manifest.executor == "local"
     started = [line.split(":")[0] for line in done.stderr.splitlines()
                if line.startswith("started")]
-    # the plan's edges: bench after train started; eval and report afterok; stop afterany
-    assert started == ["started train", "started bench", "started eval", "started report",
+    # the plan's edges: train after bench started; eval and report afterok; stop afterany
+    assert started == ["started bench", "started train", "started eval", "started report",
                        "started stop"], done.stderr
     evaluated = json.loads((root / "eval" / "metrics.json").read_text())
     assert evaluated["tasks"]["gemm"]["scored"] == evaluated["tasks"]["gemm"]["rows"] >= 1
