@@ -100,6 +100,9 @@ def handoff_schema(kind: str | None) -> None:
 @click.option("--handoff", "directory", type=_DIR, required=True, help="the handoff directory")
 @click.option("--max-idle", type=click.FloatRange(min=0, min_open=True),
               help="exit after this many seconds without work [handoff.worker_max_idle_s]")
+@click.option("--idle-from-first-step", is_flag=True,
+              help="start the idle clock only once the handoff holds a step (workers started "
+              "before training; the stop sentinel ends them)")
 @click.option("--max-requests", type=click.IntRange(min=1), help="exit after N requests")
 @click.option("--threads", type=click.IntRange(min=1),
               help="requests benchmarked at once [handoff.worker_threads]")
@@ -119,7 +122,8 @@ def handoff_schema(kind: str | None) -> None:
 @click.option("--worker-id", help="default: Slurm array job/task or job id, host, pid")
 @click.option("-q", "--quiet", is_flag=True, help="log warnings and errors only")
 def worker(
-    directory: str, max_idle: float | None, max_requests: int | None, threads: int | None,
+    directory: str, max_idle: float | None, idle_from_first_step: bool,
+    max_requests: int | None, threads: int | None,
     lease: float | None, max_attempts: int | None, max_infra_share: float | None,
     job: str | None, fsync: bool | None,
     workload: str | None, worker_id: str | None, quiet: bool,
@@ -152,6 +156,7 @@ def worker(
             directory, run, settings=settings,
             threads=threads or settings.worker_threads,
             max_requests=max_requests, worker_id=worker_id,
+            idle_from_first_step=idle_from_first_step,
         ).run()
     except HandoffError as err:
         raise UsageFailure(str(err)) from None

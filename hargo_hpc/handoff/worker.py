@@ -101,8 +101,12 @@ class Worker:
         worker_id: str | None = None,
         nonce: str | None = None,
         handle_signals: bool = True,
+        idle_from_first_step: bool = False,
     ) -> None:
-        """`nonce` (default: random) tells apart processes with the same worker id."""
+        """`nonce` (default: random) tells apart processes with the same worker id;
+        `idle_from_first_step`: the idle clock starts only once the handoff holds a step (a
+        submission's workers start before training and wait out its queueing; the stop
+        sentinel ends them in any case)."""
         settings = settings or HandoffSettings()
         self.layout = Layout(root)
         if not self.layout.root.is_dir():
@@ -118,6 +122,7 @@ class Worker:
         self.worker_id = worker_id or worker_id_from_env()
         self.nonce = nonce or secrets.token_hex(4)
         self.handle_signals = handle_signals
+        self._waiting_for_steps = idle_from_first_step
         self.lease_s = settings.lease_s
         self.poll_s = min(settings.poll_interval_s, self.lease_s / 4)
         beat_every = min(max(self.lease_s / 4, 0.5), 10.0)
@@ -196,11 +201,26 @@ class Worker:
         busy = self.leases.busy
         if self.max_requests is not None and self.leases.taken >= self.max_requests and not busy:
             return Exit.max_requests(self.max_requests)
-        if not busy and self.activity.idle(now, self.max_idle_s):
+        if not busy and not self._before_first_step() and self.activity.idle(now, self.max_idle_s):
             return Exit.idle(self.max_idle_s)
         if not all(thread.is_alive() for thread in workers):
             return Exit(ExitReason.CRASHED, "a workload thread ended")
         return None
+
+    def _before_first_step(self) -> bool:
+        """True while an `idle_from_first_step` worker has seen no step in the handoff; the
+        idle clock restarts when the first one appears."""
+        if self._waiting_for_steps:
+            try:
+                if not any(self.layout.steps.iterdir()):
+                    return True
+            except FileNotFoundError:
+                return True
+            self._waiting_for_steps = False
+            self.activity.touch()
+            log.info("%s: the first step is open; idle after %g s without work from now",
+                     self.worker_id, self.max_idle_s)
+        return False
 
     def _shut_down(self, outcome: Exit, workers: list[threading.Thread]) -> None:
         """Stop the threads, release what is held (at once: running benchmarks are not

@@ -13,7 +13,9 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
     bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
             rewarded by the bench), serving every run: they share one handoff directory, each
             run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); afterok:sft
-            when there is one (not idle through the warm start)
+            when there is one (not idle through the warm start); their idle clock starts at
+            the handoff's first step (--idle-from-first-step), so a training queued for long
+            finds them up; the stop job ends them
     train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
             afterok:sft when there is one, and `after` the first worker started when there
             are workers: the bench is up before training first waits for it (a worker queued
@@ -194,7 +196,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
     if handoff_dir is not None:  # workers first: training starts once one of them has
         worker = [*hargo, "worker", "--handoff", str(handoff_dir), "--config",
                   str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",
-                  "--threads", "1"]
+                  "--idle-from-first-step", "--threads", "1"]
         jobs.append(PlannedJob("bench", "bench_worker.sh.j2", slurm.bench,
                                [worker] * config.handoff.workers, after=after_sft))
     jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,

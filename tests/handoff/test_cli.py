@@ -133,3 +133,27 @@ def test_status_lists_live_workers_with_their_heartbeat(
     assert [w.live for w in status.workers] == [True, True]
     assert "workers: 2 live, 0 gone" in result.output
     assert result.output.count("slurm9_1-cn1-pid7 live: last heartbeat 0 s ago") == 2
+
+
+def test_a_worker_idle_from_the_first_step_waits_for_training(root: Path) -> None:
+    """--idle-from-first-step: on a handoff without steps the worker outlives --max-idle
+    (a submission's training may queue for long); once a step opens, it serves it and the
+    idle clock applies from then on."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from hargo_hpc.handoff.commands import worker; worker()",
+         "--handoff", str(root), "--workload", "doubles:noop_workload_double",
+         "--max-idle", "0.5", "--lease", "0.4", "--idle-from-first-step"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(HERE)})
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=3.0)  # six times --max-idle without a step: still there
+        trainer = Trainer(root, HandoffSettings(), progress=False)
+        trainer.submit(0, make_requests(4))
+        assert len(trainer.collect(0, timeout=30)) == 4
+        assert proc.wait(timeout=30) == 0
+        said = proc.stderr.read() if proc.stderr else ""
+        assert "the first step is open" in said and "worker stopped: idle for 0.5 s" in said
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
