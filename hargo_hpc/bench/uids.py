@@ -6,7 +6,8 @@ reference process: the kernel refuses such calls across uids. Any uid works with
 root, without an /etc/passwd entry, so the range needs no accounts.
 
 A uid is leased by creating `<lease dir>/<uid>` with O_EXCL; the file holds the holder's pid,
-and a lease whose holder is gone (a worker killed with -9) is taken over. The lease directory
+and a lease whose holder is gone (a worker killed with -9) is taken over; a uid that a live
+process runs as is skipped, leased or not. The lease directory
 is node-local shared memory (`/dev/shm`), so every worker of a node sees the same leases
 (`$HARGO_UID_LEASE_DIR` overrides it; the test suite points it into its temporary directory).
 
@@ -83,6 +84,23 @@ def _try(path: Path) -> bool:
     return True
 
 
+def _running_uids() -> set[int]:
+    """The real uids of the live processes (from /proc): a uid some process runs as is not
+    free, whatever the lease directory says (a test suite's private leases beside a node's
+    workers, a process that outlived its lease)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        for line in text.splitlines():
+            if line.startswith("Uid:"):
+                found.add(int(line.split()[1]))
+                break
+    return found
+
+
 @contextlib.contextmanager
 def leased_uid(spec: str) -> Iterator[int | None]:
     """A uid of `spec` for the `with` block (None when not root or `spec` is ''); released at
@@ -98,6 +116,10 @@ def leased_uid(spec: str) -> Iterator[int | None]:
             uid = uids[(start + i) % len(uids)]
             path = directory / str(uid)
             if _try(path):
+                if uid in _running_uids():  # run by someone with another lease directory
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    continue
                 try:
                     yield uid
                 finally:
