@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hargo_hpc.bench.sandbox import InfraError
 from hargo_hpc.bench.uids import leased_uid, parse_range
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="leasing a uid needs root")
@@ -33,9 +34,9 @@ def test_a_uid_a_live_process_runs_as_is_not_leased(tmp_path: Path,
             with leased_uid("61990-61991") as uid:
                 assert uid == 61991
             assert not any((tmp_path / "leases").iterdir())  # released
-        with leased_uid("61991") as uid, pytest.raises(Exception, match="every sandbox uid"):
-            with leased_uid("61990-61991"):
-                pass
+        with (leased_uid("61991"), pytest.raises(InfraError, match="every sandbox uid"),
+              leased_uid("61990-61991")):
+            pass
     finally:
         busy.kill()
         busy.wait()
