@@ -20,7 +20,7 @@ export HF_DATASETS_OFFLINE := 1
 export DS_BUILD_OPS := 0
 
 .PHONY: help apt venv install test test-fast lint cluster-up cluster-down cluster-status demo \
-        paper-table dry-run local bench-calibrate benchmarks clean
+        paper-table gpu-smoke dry-run local bench-calibrate benchmarks clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ demo: install cluster-up  ## the main job, end to end on the local cluster
 paper-table: install cluster-up  ## the ten methods + HARGO's ablations x 2 seeds (about 100 min here; not in CI): jobs/paper.toml on HPCGPT_DIR
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/paper_table.py $(if $(HPCGPT_DIR),--data $(abspath $(HPCGPT_DIR)))
+
+gpu-smoke: install  ## a GPU node's first check: CUDA, a bf16 ZeRO step, generation and eval on the GPU, a 2-rank NCCL all-reduce
+	$(PY) scripts/gpu_smoke.py
 
 dry-run: venv  ## render every job in jobs/ (bash -n each script); fails on any template or config error
 	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
