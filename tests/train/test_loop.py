@@ -373,6 +373,18 @@ def test_a_gemm_step_is_rewarded_by_a_local_bench_worker(tmp_path: Path) -> None
     assert list((result.run_dir / "handoff").iterdir())  # the requests and results
 
 
+def assert_resumed_like_whole(tmp_path: Path, resumed: Any, records: list[dict[str, Any]],
+                              whole: list[dict[str, Any]]) -> None:
+    """The resumed run "cut" ended at step 4 with the uninterrupted run "whole"'s records and
+    the same completions in steps 3 and 4 (the ones around the stop)."""
+    assert not resumed.interrupted and resumed.step == 4
+    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+    for step in (3, 4):
+        a, b = (m.read_records(tmp_path / name / "rollouts" / f"step_{step:06d}.jsonl")
+                for name in ("whole", "cut"))
+        assert a == b
+
+
 def test_a_signal_stops_in_process_and_resume_restores_hargos_running_contrast(
         tmp_path: Path) -> None:
     """HARGO with contrast_momentum 0.5 keeps σ̄ across steps: a run stopped by SIGUSR1 after
@@ -486,12 +498,7 @@ def test_staleness_one_resumes_exactly_with_the_step_in_flight(tmp_path: Path) -
     state = json.loads((stopped.checkpoint / "hargo_state.json").read_text())["client_state"]
     assert state["sampler"]["draws"] == 6  # steps 1-3 drawn: 3 x 2 prompts
     resumed, records = run(cfg("cut"), resume=True)
-    assert not resumed.interrupted and resumed.step == 4
-    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
-    for step in (3, 4):
-        a, b = (m.read_records(tmp_path / name / "rollouts" / f"step_{step:06d}.jsonl")
-                for name in ("whole", "cut"))
-        assert a == b
+    assert_resumed_like_whole(tmp_path, resumed, records, whole)
     assert exported(resumed).keys() == exported(run(cfg("whole"), resume=True)[0]).keys()
 
 
@@ -519,12 +526,7 @@ def test_a_stop_during_generation_is_honoured_before_the_rewards_and_resumes_exa
     assert torch.load(stopped.checkpoint / "loop_rank0.pt", weights_only=True)["step"] == 3
     monkeypatch.setattr(loop, "start_step", generate)
     resumed, records = run(cfg("cut"), resume=True)
-    assert not resumed.interrupted and resumed.step == 4
-    assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
-    for step in (3, 4):
-        a, b = (m.read_records(tmp_path / name / "rollouts" / f"step_{step:06d}.jsonl")
-                for name in ("whole", "cut"))
-        assert a == b
+    assert_resumed_like_whole(tmp_path, resumed, records, whole)
 
 
 def test_a_stop_while_the_trainer_loads_is_honoured_at_its_first_boundary(
