@@ -44,13 +44,15 @@ from typing import Any
 
 import submitit
 
+from hargo_hpc.errors import HargoError
+
 EXIT_REQUEUE = 75  # the trainer's exit status after a stop with a checkpoint (train.run)
 RELEASE_S = 20.0  # how long a stopped command may take to let go before SIGKILL
 MARGIN_S = 10.0  # of the signal's lead, kept for submitit's requeue and exit
 POLL_S = 0.1
 
 
-class CommandFailed(RuntimeError):
+class CommandFailed(HargoError, RuntimeError):
     """The command exited non-zero; the message names it and its status."""
 
 

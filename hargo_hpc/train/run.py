@@ -156,7 +156,7 @@ class Data:
     train: dict[str, list[Example]]  # by task, the training split
 
 
-class StepInterrupted(Exception):
+class StepInterrupted(HargoError):
     """A stop request ended the step's reward wait (`phases.collect_rewards`, every rank): the
     loop checkpoints the step in flight and returns."""
 

@@ -37,7 +37,7 @@ def test_the_demo_graph_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path
         root = runs / "demo"
         assert f"model:   {root / 'export'}" in done.stdout.splitlines()
         manifest = json.loads((root / "run.json").read_text())
-        assert [j["name"] for j in manifest["jobs"]] == ["sft", "train", "bench", "eval",
+        assert [j["name"] for j in manifest["jobs"]] == ["sft", "bench", "train", "eval",
                                                          "report", "stop"]
         assert (root / "sft" / "export" / "config.json").is_file()
         records = [json.loads(line) for line in (root / "metrics.jsonl").read_text()

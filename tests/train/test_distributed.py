@@ -59,12 +59,14 @@ def test_the_group_outwaits_rank_0s_wait_for_the_bench() -> None:
 
 def test_init_gives_the_process_group_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, object] = {}
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # init exports RANK, WORLD_SIZE, ...
     monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
     monkeypatch.setattr(distributed.dist, "init_process_group",  # a recording test double
                         lambda **kwargs: seen.update(kwargs))
     distributed.init(DistEnv(0, 2, 0, "127.0.0.1", 29500, "env"), timeout_s=2700.0)
     assert seen["timeout"].total_seconds() == 2700.0  # type: ignore[attr-defined]
     assert (seen["rank"], seen["world_size"]) == (0, 2)
+    assert os.environ["WORLD_SIZE"] == "2"  # the copy; the suite's own environment is untouched
 
 
 def test_one_process_when_nothing_is_set() -> None:

@@ -55,7 +55,7 @@ class RewardError(HargoError, RuntimeError):
     """A step's rewards cannot be had (one line): e.g. the handoff holds another batch."""
 
 
-class WaitInterrupted(RuntimeError):
+class WaitInterrupted(HargoError, RuntimeError):
     """The wait for a step's bench results ended by a stop request (`should_stop`)."""
 
 
