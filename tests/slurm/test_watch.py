@@ -492,9 +492,12 @@ def cleanup() -> Iterator[Cleanup]:
 
 def submit(tmp_path: Path, name: str, command: str, array: str, extra: list[str] | None = None
            ) -> str:
-    # small and short, so that backfill starts them beside other jobs of the shared cluster
-    resources = JobResources(partition="cpu", cpus_per_task=1, mem="256M", time="00:02:00",
-                             extra=extra or [])
+    # small and short, so that backfill starts them beside other jobs of the shared cluster;
+    # the time-limit signal (its lead at the minimum) far from the waits below: a lead of 120 s
+    # on a 2 min limit sent SIGUSR1 to the loops as they started, under load before the test
+    # saw them RUNNING
+    resources = JobResources(partition="cpu", cpus_per_task=1, mem="256M", time="00:05:00",
+                             signal_lead_s=30, extra=extra or [])
     (tmp_path / "logs").mkdir(exist_ok=True)  # Slurm does not create the output's directory
     script = render_script("base.sh.j2", job_name=f"w-{name}", resources=resources,
                            command=command, log_dir=tmp_path / "logs", array=array)

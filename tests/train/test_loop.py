@@ -594,7 +594,9 @@ def test_a_stop_during_the_reward_wait_ends_the_wait_and_resumes_exactly(
     layout = Layout(resumed.run_dir / "handoff")
     stored = [json.loads(p.read_text()) for p in layout.results(2).iterdir()
               if parse_result_name(p.name)]
-    assert len(stored) == 8 and all(s["attempt"] == 1 for s in stored)
+    # one result per request: resuming did not submit the step again. A benchmark the stop
+    # cut short (its worker ended with the run; seen under load) is retried once, attempt 2
+    assert len(stored) == 8 and all(s["attempt"] in (1, 2) for s in stored)
 
 
 def test_staleness_one_with_gemm_submits_the_step_in_flight_again_on_resume(
@@ -625,7 +627,8 @@ def test_staleness_one_with_gemm_submits_the_step_in_flight_again_on_resume(
     assert len(stored) == len(rows) == 8
     assert sorted(r["status"] for r in rows) == sorted(
         s["record"]["status"] for s in stored.values())
-    assert all(s["attempt"] == 1 for s in stored.values())  # each benchmarked once
+    # each request answered once; an attempt the stop cut short is retried (attempt 2)
+    assert all(s["attempt"] in (1, 2) for s in stored.values())
 
 
 def test_the_sft_preset_trains_on_a_mix_with_gemm(tmp_path: Path) -> None:
