@@ -60,21 +60,35 @@ _REAL_CACHE_BEFORE = _snapshot(REAL_CACHE)
 _NODE_STATE_BEFORE = {str(p): (p.exists(), _snapshot(p)) for p in NODE_STATE}
 
 
+_PROBLEMS: list[str] = []
+
+
+def _changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    """The first few paths added, removed or rewritten between two snapshots."""
+    paths = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    return ", ".join(paths[:8]) + (f" (+{len(paths) - 8} more)" if len(paths) > 8 else "")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    problems = []
-    if _snapshot(REAL_CACHE) != _REAL_CACHE_BEFORE:
-        problems.append(f"the suite wrote into {REAL_CACHE}")
+    real_cache = _snapshot(REAL_CACHE)
+    if real_cache != _REAL_CACHE_BEFORE:
+        _PROBLEMS.append(f"the suite wrote into {REAL_CACHE}: "
+                         f"{_changed(_REAL_CACHE_BEFORE, real_cache)}")
     for path in NODE_STATE:
-        if (path.exists(), _snapshot(path)) != _NODE_STATE_BEFORE[str(path)]:
-            problems.append(f"the suite wrote into {path}")
-    in_home = sorted(p.name for p in ISOLATED["HOME"].iterdir())
-    if in_home:
-        problems.append(f"the suite wrote into its home directory: {', '.join(in_home[:5])}")
+        exists, files = _NODE_STATE_BEFORE[str(path)]
+        if (path.exists(), _snapshot(path)) != (exists, files):
+            _PROBLEMS.append(f"the suite wrote into {path}: {_changed(files, _snapshot(path))}"
+                             if path.exists() else f"the suite removed {path}")
+    in_home = _snapshot(ISOLATED["HOME"])
+    if in_home or any(ISOLATED["HOME"].iterdir()):
+        home = str(ISOLATED["HOME"]) + "/"
+        _PROBLEMS.append("the suite wrote into its home directory: " + ", ".join(
+            sorted(p.removeprefix(home) for p in in_home)[:8] or
+            sorted(p.name for p in ISOLATED["HOME"].iterdir())))
     shutil.rmtree(SESSION_TMP, ignore_errors=True)
-    for problem in problems:  # tests leave the user's home alone
-        session.config.get_terminal_writer().line(f"error: {problem}", red=True)
-    if problems:
+    if _PROBLEMS:  # tests leave the user's home and the node alone
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
@@ -115,7 +129,13 @@ def summary_line() -> Callable[[str], None]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The figures tests reported, then the isolation problems found at the session's end
+    (`pytest_sessionfinish`), among the last lines printed, where a CI log's tail shows them."""
     if _SUMMARY:
         terminalreporter.section("figures reported by tests")
         for line in _SUMMARY:
             terminalreporter.write_line(line)
+    if _PROBLEMS:
+        terminalreporter.section("isolation", red=True)
+        for problem in _PROBLEMS:
+            terminalreporter.write_line(f"error: {problem}", red=True)

@@ -357,7 +357,8 @@ def test_a_training_task_at_its_time_limit_checkpoints_requeues_and_ends_like_a_
                          for name in ("limited", "straight"))
     for manifest in (limited, straight):
         failed = wait_for(manifest, poll_s=2.0, timeout_s=2400, write=lambda _: None)
-        assert failed == "", failed
+        log = log_path(manifest, manifest.job("train"), 0)
+        assert failed == "", failed + "\n" + (log.read_text()[-4000:] if log.is_file() else "")
     train = limited.job("train")
     count = requeues(train.job_id)
     summary_line(f"time limit 2 min, {steps} steps ({seconds:.2f} s each): {count} requeue(s), "
