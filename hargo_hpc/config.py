@@ -238,6 +238,14 @@ class ExperimentConfig(_Section):
         "submit trains every combination (`expand_sweep`)",
     )
 
+    @model_validator(mode="after")
+    def _sharded_reference_needs_zero_3(self) -> ExperimentConfig:
+        if self.model.reference_device == "sharded" and (
+                self.training.zero_stage != 3 or self.training.deepspeed_config):
+            raise ValueError("model.reference_device 'sharded' needs training.zero_stage 3 "
+                             "(and no training.deepspeed_config file)")
+        return self
+
     def split_seed(self) -> int:
         """The seed of the train/eval split: `data.split_seed`, else `run.seed`."""
         return self.run.seed if self.data.split_seed is None else self.data.split_seed

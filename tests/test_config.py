@@ -110,6 +110,8 @@ def test_parse_value() -> None:
         ("", ["training.lr.x=1"], "override training.lr.x: training.lr has no sub-keys"),
         ("", ["algorithm.hargo.beta=1"], "unknown key 'beta' in algorithm.hargo (allowed: disc"),
         ("", ["algorithm.hargo.max_weight=0.5"], "algorithm.hargo.max_weight: bad value 0.5"),
+        ("", ["model.reference_device=sharded"],
+         "model.reference_device 'sharded' needs training.zero_stage 3"),
     ],
 )
 def test_errors_are_one_line_naming_file_field_value(

@@ -63,6 +63,7 @@ from hargo_hpc.train.setup import (
     export_model,
     load_data,
     load_models,
+    place_reference,
     prompt_format_of,
     resolve,
     seed_everything,
@@ -196,8 +197,7 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
         save_resolved(config, paths.root)
     engine = build_run_engine(config, policy, accum, t.steps * t.num_iterations * opt_steps,
                               paths.root, sft_steps=config.sft.steps)
-    if reference is not None:  # model.reference_device: beside the policy, or on the host
-        reference.to(engine.device if config.model.reference_device == "policy" else "cpu")
+    reference = place_reference(config, reference, engine.device)
     if env.world_size > 1:  # each rank samples its own completions (weights are loaded already)
         torch.manual_seed(config.run.seed + 7919 * env.rank)
     weights = {spec.name: spec.weight for spec in config.data.tasks}

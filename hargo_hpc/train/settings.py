@@ -47,10 +47,11 @@ class ModelSection(_Section):
         False, description="recompute each layer's activations in the backward pass instead "
         "of keeping them: less memory for long completions, about a third more update compute",
     )
-    reference_device: Literal["policy", "cpu"] = Field(
+    reference_device: Literal["policy", "cpu", "sharded"] = Field(
         "policy", description="where the reference model (KL, HARGO's weights) lives: on the "
-        "policy's device, or 'cpu' (no full copy in each rank's GPU memory; its log-probs are "
-        "computed on the host and moved over)",
+        "policy's device; 'cpu' (no copy in the ranks' GPU memory; its log-probs are computed "
+        "on the host and moved over); or 'sharded' (ZeRO-3 partitions it over the ranks, each "
+        "holding 1/W of it; needs training.zero_stage 3)",
     )
 
 

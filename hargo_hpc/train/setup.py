@@ -165,6 +165,21 @@ def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_st
         raise TrainError(str(err)) from None
 
 
+def place_reference(config: ExperimentConfig, reference: Any, device: Any) -> Any:
+    """The reference model (or None) where `model.reference_device` puts it: on the policy's
+    `device`, on the host ("cpu"), or partitioned over the ranks by ZeRO-3 ("sharded",
+    `engine.shard_reference`; after the policy's engine, which starts the process group)."""
+    if reference is None:
+        return None
+    where = config.model.reference_device
+    if where == "sharded":
+        from hargo_hpc.train.backend.engine import shard_reference
+
+        return shard_reference(reference, precision=config.training.precision,
+                               micro_batch_size=config.training.micro_batch_size)
+    return reference.to(device if where == "policy" else "cpu")
+
+
 def prompt_format_of(config: ExperimentConfig, tokenizer: Any) -> str:
     try:
         return resolve_format(config.data.prompt_format, tokenizer)

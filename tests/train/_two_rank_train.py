@@ -8,7 +8,8 @@ warm start (`sft_config`, ZeRO-2); `sft-cli`: `loop.sft_run` (what `hargo sft` c
 ZeRO-3; `z2-resume`: the z2 run stopped by SIGUSR1 on rank 0 after step 1 (the ranks agree to
 stop, each writes its part of the checkpoint), then continued with `resume=True`;
 `z2-gen-stop`: the same with the signal during step 2's generation (the ranks agree at the
-boundary after it; the checkpoint holds step 2 in flight).
+boundary after it; the checkpoint holds step 2 in flight); `z3-sharded-ref`: the z3 run with
+the reference model partitioned over the ranks (`model.reference_device = "sharded"`).
 
 Generation goes through `GenerationDouble`, whose completions depend only on the prompt and
 the completion's index in its group, never on the rank or on how the prompts were shared out:
@@ -19,6 +20,7 @@ updates.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import sys
@@ -35,14 +37,14 @@ MAX_NEW = 10
 
 
 def config(out: Path, name: str, stage: int, algorithm: str = "hargo",
-           sft_steps: int = 0) -> ExperimentConfig:
+           sft_steps: int = 0, reference_device: str = "policy") -> ExperimentConfig:
     """HARGO (or `algorithm`) with DAPO's token-mean aggregation (the whole step's token count
     as the denominator: the ranks' counts differ) on plp_qa (continuous rewards, so groups have
     contrast), 4 prompts x G 2 = 8 rows, micro-batches of 2, one optimizer step per RL step,
     two steps."""
     return validate_config({
         "run": {"name": name, "dir": str(out), "seed": 0},
-        "model": {"path": "tiny"},
+        "model": {"path": "tiny", "reference_device": reference_device},
         "algorithm": {"name": algorithm, "agg": "token-mean"},
         "data": {"tasks": [{"name": "plp_qa", "max_items": 12}], "eval_fraction": 0.0},
         "rollout": {"num_generations": 2, "prompts_per_step": 4, "max_new_tokens": MAX_NEW},
@@ -150,6 +152,23 @@ def main(out: Path, runs: list[str]) -> None:
                                    os.getpid(), signal.SIGUSR1))
             assert first.interrupted and first.step == 1, first
             loop.train(resumed, resume=True, log=lambda _: None, progress=False)
+        elif run == "z3-sharded-ref":  # the reference partitioned over the ranks by ZeRO-3
+            place = loop.place_reference
+
+            def placed_and_measured(*args: Any, place: Any = place) -> Any:
+                reference = place(*args)  # what this rank holds of it, and of the whole
+                params = list(reference.parameters())
+                sizes = {"whole": sum(p.ds_numel for p in params), "count": len(params),
+                         "held": sum(p.ds_tensor.numel() for p in params),
+                         "materialised": sum(p.numel() for p in params)}
+                sizes_file = out / f"z3-sharded-ref_reference_rank{env.rank}.json"
+                sizes_file.write_text(json.dumps(sizes))
+                return reference
+
+            loop.place_reference = placed_and_measured  # type: ignore[assignment]
+            loop.train(config(out, "two_ranks_z3_sharded_ref", 3, reference_device="sharded"),
+                       log=lambda _: None, progress=False)
+            loop.place_reference = place  # type: ignore[assignment]
         else:
             stage = int(run.removeprefix("z"))
             loop.train(config(out, f"two_ranks_z{stage}", stage), log=lambda _: None,

@@ -2,7 +2,8 @@
 steps the parameters are the same on both ranks and equal to a one-process run of the same
 global batch (the same prompts, the same completions through `GenerationDouble`), and rank 0's
 metrics and rollouts describe the whole batch. The same for a run stopped by a signal to rank 0
-and resumed, and for the SFT paths: the sft preset after an SFT warm start (ZeRO-2) and
+and resumed, for a ZeRO-3 run whose reference model is partitioned over the ranks, and for the
+SFT paths: the sft preset after an SFT warm start (ZeRO-2) and
 `hargo sft` (ZeRO-3)."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_confi
 
 torch.set_num_threads(1)
 STAGES = (2, 3)
-RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume", "z2-gen-stop")
+RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume", "z2-gen-stop", "z3-sharded-ref")
 SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
@@ -112,6 +113,21 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
                 tmp_path / "one" / "rollouts" / "step_000002.jsonl").read_text().splitlines())]
         assert [r["group"] for r in rollouts] == [0, 0, 1, 1, 2, 2, 3, 3]
         assert (run_dir / "finished.json").is_file()
+
+    # the reference partitioned over the ranks: each holds half of it (up to ZeRO's padding
+    # of each parameter to a multiple of 2), none whole; the same KL, weights and update
+    sizes = [json.loads((tmp_path / f"z3-sharded-ref_reference_rank{r}.json").read_text())
+             for r in (0, 1)]
+    whole = sizes[0]["whole"]
+    assert whole >= max(v.numel() for v in before.values()) and sizes[1]["whole"] == whole
+    assert sizes[0]["held"] == sizes[1]["held"]
+    assert whole / 2 <= sizes[0]["held"] <= whole / 2 + sizes[0]["count"]
+    assert [s["materialised"] for s in sizes] == [0, 0]
+    run_dir = tmp_path / "two_ranks_z3_sharded_ref"
+    got = same_parameters(tmp_path, "z3-sharded-ref", run_dir / "export")
+    assert_same_adam_update(got, want, before, LR, STEPS)
+    assert_records_match(m.read_records(run_dir / "metrics.jsonl"), want_records, SAME, CLOSE,
+                         "z3 sharded reference")
 
     # stopped after step 1 on rank 0's signal and resumed: the same as the uninterrupted run
     run_dir = tmp_path / "two_ranks_resume"

@@ -300,6 +300,24 @@ def build_engine(
     return Engine(ds_engine)
 
 
+def shard_reference(model: torch.nn.Module, *, precision: Precision,
+                    micro_batch_size: int) -> torch.nn.Module:
+    """`model` (frozen, no optimizer) partitioned by ZeRO-3 over the ranks, for
+    `model.reference_device = "sharded"`: each rank keeps 1/W of every parameter, and a
+    forward pass gathers a layer's parameters just before the layer runs and frees them
+    after, so the reference never stands whole in one rank's memory. Its forward passes are
+    collective: every rank must make the same calls, which equal rows per rank and equal
+    log-prob micro-batches give. Call it after `build_engine` (the process group exists)."""
+    import deepspeed
+
+    config = deepspeed_config(zero_stage=3, precision=precision, grad_clip=0.0, grad_accum=1,
+                              micro_batch_size=micro_batch_size,
+                              world_size=dist.get_world_size(), offload_optimizer=False)
+    ds_engine, _, _, _ = deepspeed.initialize(model=model, config=config)
+    ds_engine.eval()
+    return ds_engine.module
+
+
 # ---------------------------------------------------------------- the engine
 
 
