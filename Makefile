@@ -7,12 +7,17 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 PIP         := $(VENV)/bin/pip
 SLURM_STATE ?= /tmp/hargo-slurm
+# cluster-up NODES=n: n gpu nodes + n cpu nodes, one slurmd per network namespace (empty: the
+# one-node cluster); GPU_NODES / CPU_NODES set the two counts apart (docs/slurm.md)
+NODES       ?=
+GPU_NODES   ?= $(NODES)
+CPU_NODES   ?= $(NODES)
 PYTEST_ARGS ?=
 # The HPC-GPT files for `make paper-table` (empty: the project's own samples).
 HPCGPT_DIR  ?= $(if $(wildcard ../shared/data/hpc-gpt),../shared/data/hpc-gpt,)
 # Debian packages: the local Slurm cluster, the C toolchain and OpenBLAS for the bench.
 APT_PACKAGES := slurm-wlm munge slurmdbd mariadb-server gcc libc6-dev libopenblas-dev \
-                binutils util-linux procps
+                binutils util-linux procps iproute2
 # Without CUDA, pin the CPU torch that lies on disk (an unpinned torch pulls GB of CUDA wheels).
 TORCH_SPEC  ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 export HF_HUB_OFFLINE := 1
@@ -50,13 +55,14 @@ venv: $(VENV)/.installed  ## create .venv: torch first, then the project with it
 
 install: apt venv  ## apt packages + venv
 
-cluster-up: apt  ## start the local Slurm cluster in $(SLURM_STATE) (no-op when healthy)
-	scripts/slurm-cluster.sh up $(SLURM_STATE)
+cluster-up: apt  ## start the local Slurm cluster in $(SLURM_STATE) (no-op when healthy; NODES=n: n gpu + n cpu nodes in namespaces)
+	$(if $(GPU_NODES)$(CPU_NODES),HARGO_SLURM_GPU_NODES=$(or $(GPU_NODES),0) \
+	    HARGO_SLURM_CPU_NODES=$(or $(CPU_NODES),0)) scripts/slurm-cluster.sh up $(SLURM_STATE)
 
-cluster-down:  ## stop the local Slurm cluster's daemons
+cluster-down:  ## stop the local Slurm cluster's daemons (and remove its namespaces)
 	scripts/slurm-cluster.sh down $(SLURM_STATE)
 
-cluster-status:  ## show the local cluster's daemons and node
+cluster-status:  ## show the local cluster's daemons and nodes
 	scripts/slurm-cluster.sh status $(SLURM_STATE)
 
 lint: venv  ## ruff over the code, tests, benchmarks

@@ -42,12 +42,13 @@ def _plan(job: str, overrides: tuple[str, ...], python: str | None = None,
 def render(job: str, overrides: tuple[str, ...], out_dir: str) -> None:
     """Write the batch script of every job of JOB (after OVERRIDES) into OUT, and the runs'
     resolved configs into OUT/configs/: standalone scripts to `sbatch` by hand (chain stop
-    and eval after train with --dependency, as the graph printed last says)."""
-    from hargo_hpc.slurm.submission import graph, write_run_configs, write_scripts
+    and eval after train with --dependency, as the graph printed last says); their Slurm
+    output goes to OUT/logs/."""
+    from hargo_hpc.slurm.submission import LOGS, graph, write_run_configs, write_scripts
 
     out = Path(out_dir)
     plan = _plan(job, overrides, config_dir=out / "configs")
-    paths = write_scripts(plan, out)
+    paths = write_scripts(plan, out, log_dir=(out / LOGS).absolute())
     write_run_configs(plan, root=False)
     for name, path in paths.items():
         click.echo(f"{name:<6} {path}")

@@ -289,24 +289,31 @@ def _share_sft(runs: list[PlannedRun], root: Path, config_dir: Path | None) -> N
 # ---------------------------------------------------------------- scripts
 
 
-def render_job(plan: Plan, job: PlannedJob) -> str:
-    """The batch script of `job` (standalone: `sbatch` it by hand, dependencies aside)."""
+def render_job(plan: Plan, job: PlannedJob, log_dir: Path | None = None) -> str:
+    """The batch script of `job` (standalone: `sbatch` it by hand, dependencies aside), its
+    Slurm output in `log_dir` (default: the submission's logs/)."""
     return render_script(
         job.template, job_name=plan.job_name(job), resources=job.resources,
-        log_dir=plan.log_dir, array=f"0-{job.tasks - 1}", setup=plan.config.slurm.setup,
+        log_dir=log_dir or plan.log_dir, array=f"0-{job.tasks - 1}",
+        setup=plan.config.slurm.setup,
         to_steps=job.to_steps, requeue=job.requeue,
         commands=[shlex.join(argv) for argv in job.commands], **job.variables,
     )
 
 
-def write_scripts(plan: Plan, out_dir: Path | None = None) -> dict[str, Path]:
-    """Every job's batch script into `out_dir` (default: the plan's scripts/), executable."""
+def write_scripts(plan: Plan, out_dir: Path | None = None,
+                  log_dir: Path | None = None) -> dict[str, Path]:
+    """Every job's batch script into `out_dir` (default: the plan's scripts/), executable, and
+    the directory their Slurm output goes to, `log_dir` (default: the plan's logs/): Slurm
+    does not create it, and a job whose output file cannot be opened fails before it runs."""
     directory = out_dir or plan.scripts_dir
     directory.mkdir(parents=True, exist_ok=True)
+    logs = log_dir or plan.log_dir
+    logs.mkdir(parents=True, exist_ok=True)
     paths = {}
     for job in plan.jobs:
         path = directory / f"{job.name}.sh"
-        write_atomic(path, render_job(plan, job))
+        write_atomic(path, render_job(plan, job, logs))
         path.chmod(0o755)
         paths[job.name] = path
     return paths

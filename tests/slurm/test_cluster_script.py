@@ -99,3 +99,19 @@ def test_usage_errors() -> None:
     assert done.returncode == 2 and "up needs STATE_DIR" in done.stderr
     done = subprocess.run([SCRIPT, "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "status STATE_DIR" in done.stdout
+    assert "node-kill      STATE_DIR NODE" in done.stdout and "HARGO_SLURM_GPU_NODES" in done.stdout
+    done = subprocess.run([SCRIPT, "node-kill", "/tmp/x"], capture_output=True, text=True)
+    assert done.returncode == 2 and "node-kill needs STATE_DIR NODE" in done.stderr
+    done = subprocess.run([SCRIPT, "node-partition", "/tmp/x", "hargo-g1", "maybe"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "node-partition takes on or off, not 'maybe'" in done.stderr
+    with tempfile.TemporaryDirectory(prefix="hargo-u", dir="/tmp") as state:  # never started
+        done = subprocess.run([SCRIPT, "node-start", state, "hargo-g1"], capture_output=True,
+                              text=True)
+        assert done.returncode == 1 and "needs a cluster started with HARGO_SLURM_GPU_NODES" \
+            in done.stderr
+    for name, value in (("HARGO_SLURM_GPU_NODES", "two"), ("HARGO_SLURM_CPUS", "999")):
+        done = subprocess.run([SCRIPT, "up", "/tmp/hargo-never"], capture_output=True, text=True,
+                              env={**os.environ, "HARGO_SLURM_GPU_NODES": "1", name: value})
+        assert done.returncode == 1 and f"{name}={value}:" in done.stderr, done.stderr
+        assert not Path("/tmp/hargo-never").exists()

@@ -132,8 +132,10 @@ def test_render_writes_standalone_scripts_and_their_configs(tmp_path: Path) -> N
     done = invoke("render", str(TINY), f"run.dir={tmp_path / 'runs'}", *SMALL, *GEMM_SWEEP,
                   "-o", str(out))
     assert done.exit_code == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["bench.sh", "configs", "eval.sh",
+    assert sorted(p.name for p in out.iterdir()) == ["bench.sh", "configs", "eval.sh", "logs",
                                                     "report.sh", "stop.sh", "train.sh"]
+    # Slurm does not create an output file's directory (a job without one fails unseen)
+    assert f"#SBATCH --output={out.absolute()}/logs/%x-%A_%a.out" in (out / "train.sh").read_text()
     configs = sorted((out / "configs").iterdir())
     assert [p.name for p in configs] == ["name-grpo.toml", "name-hargo.toml"]
     assert load_config(configs[1]).algorithm.name == "hargo"
@@ -142,6 +144,17 @@ def test_render_writes_standalone_scripts_and_their_configs(tmp_path: Path) -> N
     for script in out.glob("*.sh"):
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
     assert not (tmp_path / "runs").exists()  # rendering submits and trains nothing
+
+
+def test_the_scripts_of_a_submission_log_into_a_directory_that_exists(tmp_path: Path) -> None:
+    """Slurm opens a job's --output before it runs the script and does not create its
+    directory: a script sbatched by hand from scripts/ failed at once (exit 0:53)."""
+    plan = sub.plan_submission(tiny(tmp_path, *GEMM_SWEEP))
+    for path in sub.write_scripts(plan).values():
+        output = next(line for line in path.read_text().splitlines()
+                      if line.startswith("#SBATCH --output="))
+        assert Path(output.split("=", 1)[1]).parent == plan.log_dir, output
+    assert plan.log_dir.is_dir()
 
 
 def test_without_sbatch_the_error_points_to_the_local_executor(

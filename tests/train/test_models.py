@@ -122,6 +122,31 @@ def test_concurrent_builds_publish_one_complete_directory(tmp_path: Path,
     assert model.config.vocab_size == len(tokenizer)
 
 
+def test_a_rank_other_than_0_builds_a_complete_tiny_model(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a process group transformers' save_pretrained writes nothing on ranks other than 0:
+    a rank on another node that found the cache empty published a directory without config.json
+    or weights (every later run then failed on it). Such a rank builds in a child process."""
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    built = models.tiny_dir(tmp_path)
+    assert (built / "config.json").is_file() and (built / "model.safetensors").is_file()
+    monkeypatch.undo()
+    model, _ = load_policy("tiny", cache_dir=tmp_path)
+    reference, _ = load_policy("tiny", cache_dir=tmp_path / "here")  # built in this process
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 reference.state_dict().values(), strict=True))
+
+
+def test_a_build_without_config_json_is_not_published(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "build_tiny_into",
+                        lambda directory: (directory / "tokenizer.json").write_text("{}"))
+    with pytest.raises(ValueError, match=r"wrote no config\.json"):
+        models.tiny_dir(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing published, no temporary left
+
+
 def test_tokenizer_round_trips_c_code(cache: Path) -> None:
     _, tok = load_policy("tiny", cache_dir=cache)
     ids = tok(C_CODE).input_ids

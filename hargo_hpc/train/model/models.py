@@ -15,7 +15,9 @@
 
 `<cache>` is `cache_dir` when given, else `$XDG_CACHE_HOME/hargo-hpc/models`. Both cached
 directories are filled under a private name and renamed into place (`files.publish_directory`),
-so two processes building at once both end with one complete directory.
+so two processes building at once both end with one complete directory. A process with a
+torch.distributed group builds in a child process (transformers saves nothing on ranks other
+than 0), and a directory without config.json is never published (`_build_into`).
 
 Every tokenizer comes back with a pad token (eos when it has none) and `padding_side="left"`
 (`prepare_tokenizer`): prompts of a batch end at the same column, where generation starts. The
@@ -33,6 +35,8 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -119,8 +123,33 @@ def tiny_dir(cache_dir: Path | str | None = None) -> Path:
     final = model_cache_root(cache_dir) / f"tiny-{tiny_recipe_hash()}"
     if not (final / "config.json").is_file():
         with publish_directory(final) as tmp:
-            build_tiny_into(tmp)
+            _build_into(tmp, "build_tiny_into")
     return final
+
+
+def _build_into(directory: Path, builder: str, *args: str) -> None:
+    """Fill `directory` with `builder(directory, *args)` (a function of this module, by name):
+    in this process, or in a child process when this one has a torch.distributed process group,
+    since transformers' `save_pretrained` then writes nothing on a rank other than 0
+    (transformers 5: `should_save_on_this_rank`), and the first rank to find the cache empty
+    builds it: on a fresh cache that may be a rank on another node. ValueError (one line)
+    unless the directory then holds a config.json: a cached model without one is never
+    published (every later run would find it and fail)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        package_root = str(Path(__file__).resolve().parents[3])  # this copy of hargo_hpc
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [package_root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        code = ("import sys; from pathlib import Path; from hargo_hpc.train.model import models; "
+                "getattr(models, sys.argv[1])(Path(sys.argv[2]), *sys.argv[3:])")
+        done = subprocess.run([sys.executable, "-c", code, builder, str(directory), *args],
+                              capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise ValueError(f"building {directory.parent} in a child process failed: {said}")
+    else:
+        globals()[builder](directory, *args)
+    if not (directory / "config.json").is_file():
+        raise ValueError(f"building a model into {directory.parent} wrote no config.json")
 
 
 def build_tiny_tokenizer() -> Any:
@@ -204,11 +233,15 @@ def smollm2_dir(cache_dir: Path | str | None = None) -> Path:
     final = model_cache_root(cache_dir) / f"smollm2-{key}"
     if not (final / "config.json").is_file():
         with publish_directory(final) as tmp:
-            model, tokenizer = _load_gguf(gguf, torch.float32)
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            del model
+            _build_into(tmp, "convert_gguf_into", str(gguf))
     return final
+
+
+def convert_gguf_into(directory: Path, gguf: str | Path) -> None:
+    """The GGUF file de-quantised to fp32, saved as an HF directory with its tokenizer."""
+    model, tokenizer = _load_gguf(Path(gguf), torch.float32)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
 
 
 # ----------------------------------------------------------------------------------- loading
