@@ -15,9 +15,9 @@
 
 `<cache>` is `cache_dir` when given, else `$XDG_CACHE_HOME/hargo-hpc/models`. Both cached
 directories are filled under a private name and renamed into place (`files.publish_directory`),
-so two processes building at once both end with one complete directory. A process with a
-torch.distributed group builds in a child process (transformers saves nothing on ranks other
-than 0), and a directory without config.json is never published (`_build_into`).
+so two processes building at once both end with one complete directory. A torch.distributed
+rank other than 0 builds in a child process (transformers saves nothing on such a rank), and a
+directory without config.json is never published (`_build_into`).
 
 Every tokenizer comes back with a pad token (eos when it has none) and `padding_side="left"`
 (`prepare_tokenizer`): prompts of a batch end at the same column, where generation starts. The
@@ -129,13 +129,14 @@ def tiny_dir(cache_dir: Path | str | None = None) -> Path:
 
 def _build_into(directory: Path, builder: str, *args: str) -> None:
     """Fill `directory` with `builder(directory, *args)` (a function of this module, by name):
-    in this process, or in a child process when this one has a torch.distributed process group,
-    since transformers' `save_pretrained` then writes nothing on a rank other than 0
+    in this process, or in a child process when this one is a torch.distributed rank other
+    than 0, since transformers' `save_pretrained` then writes nothing there
     (transformers 5: `should_save_on_this_rank`), and the first rank to find the cache empty
     builds it: on a fresh cache that may be a rank on another node. ValueError (one line)
     unless the directory then holds a config.json: a cached model without one is never
     published (every later run would find it and fail)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_rank() != 0):
         package_root = str(Path(__file__).resolve().parents[3])  # this copy of hargo_hpc
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [package_root, *filter(None, [os.environ.get("PYTHONPATH")])])}
