@@ -14,6 +14,9 @@
 #                                               network (its link down); off: heal it (link up;
 #                                               a node marked DOWN returns when its slurmd
 #                                               registers again, e.g. on `scontrol reconfigure`)
+#   scripts/slurm-cluster.sh node-freeze    STATE_DIR NODE on|off   on: SIGSTOP every process of
+#                                               the node but its slurmd (its jobs stall, as on a
+#                                               hung shared filesystem); off: SIGCONT them
 #
 # One node (the default): `hargo1` in the root namespace on 127.0.0.1, in both partitions, `cpu`
 # (default) and `gpu`; it advertises HARGO_SLURM_CPUS CPUs (8) and two fake `gres/gpu` devices
@@ -42,16 +45,17 @@ case "$ACTION" in
     -h|--help|help) usage; exit 0 ;;
     up|down|status|env) NARGS=2 ;;
     node-kill|node-start) NARGS=3 ;;
-    node-partition) NARGS=4 ;;
+    node-partition|node-freeze) NARGS=4 ;;
     *) echo "$PROG: error: unknown action '$ACTION' (expected up, down, status, env, node-kill," \
-            "node-start or node-partition)" >&2; exit 2 ;;
+            "node-start, node-partition or node-freeze)" >&2; exit 2 ;;
 esac
-if [[ $ACTION == node-partition && $# -eq 4 && $4 != on && $4 != off ]]; then
-    echo "$PROG: error: node-partition takes on or off, not '$4'" >&2; exit 2
+if [[ $ACTION == node-partition || $ACTION == node-freeze ]] && [[ $# -eq 4 && $4 != on \
+        && $4 != off ]]; then
+    echo "$PROG: error: $ACTION takes on or off, not '$4'" >&2; exit 2
 fi
 if [[ $# -ne $NARGS ]]; then
     case "$ACTION" in
-        node-partition) echo "$PROG: error: $ACTION needs STATE_DIR NODE on|off" >&2 ;;
+        node-partition|node-freeze) echo "$PROG: error: $ACTION needs STATE_DIR NODE on|off" >&2 ;;
         node-*) echo "$PROG: error: $ACTION needs STATE_DIR NODE" >&2 ;;
         *) echo "$PROG: error: $ACTION needs STATE_DIR" >&2 ;;
     esac
@@ -147,8 +151,15 @@ pids_in_netns() {  # pids_in_netns INODE: the live processes in that network nam
     # one find for every process (its ns/net link reads net:[INODE]); zombies are gone already
     while read -r link; do
         pid=${link#/proc/}; pid=${pid%%/*}
-        [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] || echo "$pid"
+        [[ $(proc_state "$pid") == Z ]] || echo "$pid"
     done < <(find /proc/[0-9]*/ns/net -maxdepth 0 -lname "net:\[$1\]" 2>/dev/null || true)
+}
+
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }  # R, S, T, Z, ...
+
+jobs_in_netns() {  # jobs_in_netns INODE SLURMD_PID: the node's processes but its slurmd
+    local pid
+    for pid in $(pids_in_netns "$1"); do [[ $pid == "$2" ]] || echo "$pid"; done
 }
 
 kill_netns() {  # SIGKILL everything in namespace NETNS until nothing is left (15 s at most)
@@ -606,6 +617,28 @@ case "$ACTION" in
                  ip -n "$ns" -4 addr show dev eth0 | grep -q "inet $(ip_of "$3")/" \
                      || ip -n "$ns" addr add "$(ip_of "$3")/24" dev eth0
                  say "node $3 is reachable again (link eth0 up in $ns)" ;;
+        esac ;;
+    node-freeze)
+        need_node "$3"
+        ino=$(netns_inode "$(netns_of "$3")")
+        daemon=$(pid_in "$(node_pidfile "$3")" 2>/dev/null || true)
+        case "$4" in
+            on) # until every one is stopped: a process may fork while the others stop
+                end=$((SECONDS + 15))
+                while pids=$(for pid in $(jobs_in_netns "$ino" "$daemon"); do
+                                 [[ $(proc_state "$pid") == [Tt] ]] || echo "$pid"
+                             done); [[ -n $pids ]]; do
+                    # shellcheck disable=SC2086
+                    kill -STOP $pids 2>/dev/null || true
+                    ((SECONDS < end)) || die "processes of node $3 still running after 15 s:" \
+                        "$(echo $pids)"
+                    sleep 0.05
+                done
+                say "node $3 is frozen (every process in its namespace stopped but its slurmd)" ;;
+            off) pids=$(jobs_in_netns "$ino" "$daemon")
+                 # shellcheck disable=SC2086
+                 [[ -z $pids ]] || kill -CONT $pids 2>/dev/null || true
+                 say "node $3 runs again (its processes continued)" ;;
         esac ;;
     up)
         check_prereqs

@@ -105,6 +105,9 @@ def test_usage_errors() -> None:
     done = subprocess.run([SCRIPT, "node-partition", "/tmp/x", "hargo-g1", "maybe"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "node-partition takes on or off, not 'maybe'" in done.stderr
+    done = subprocess.run([SCRIPT, "node-freeze", "/tmp/x", "hargo-g1"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "node-freeze needs STATE_DIR NODE on|off" in done.stderr
     with tempfile.TemporaryDirectory(prefix="hargo-u", dir="/tmp") as state:  # never started
         done = subprocess.run([SCRIPT, "node-start", state, "hargo-g1"], capture_output=True,
                               text=True)

@@ -186,6 +186,12 @@ def leftovers(state: str, inodes: set[int], pids: dict[int, str]) -> list[str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The module's own cluster, started cold; at the end `down` and nothing of it is left."""
+    yield from namespaced_cluster(tmp_path_factory)
+
+
+def namespaced_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A module fixture's body (test_node_failures has one too): start the cluster, yield it,
+    then `down` it and fail if anything of it is left."""
     if shutil.which("slurmd") is None or os.geteuid() != 0:
         pytest.skip("needs root and slurm-wlm (make apt)")
     state = tempfile.mkdtemp(prefix="hmn-", dir="/tmp")  # short: unix socket paths
