@@ -42,7 +42,9 @@ def running_pids(state: str) -> dict[str, int]:
 @pytest.mark.slow
 def test_up_twice_recover_then_down_leaves_nothing(tmp_path: Path) -> None:
     state = f"/tmp/hargo-t{os.getpid()}"  # short: unix socket paths
-    ports = {"HARGO_SLURM_PORT_BASE": "17917"}
+    # 1100 above the suite's cluster (16817: 17917), beside a second suite's (17817: 18917)
+    ports = {"HARGO_SLURM_PORT_BASE": str(int(os.environ.get("HARGO_SLURM_PORT_BASE")
+                                              or 16817) + 1100)}
     try:
         first = cluster("up", state, **ports)
         assert first.returncode == 0, first.stderr

@@ -52,7 +52,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "scripts" / "slurm-cluster.sh")
 TINY = REPO / "jobs" / "tiny.toml"
 PY = sys.executable
-PORT_BASE = "19817"  # not the suite's cluster (16817) nor test_cluster_script's (17917)
+# 3000 above the suite's cluster (16817: 19817), so that a second suite on its own cluster
+# (HARGO_SLURM_PORT_BASE=17817: 20817) starts its multi-node cluster beside this one's
+PORT_BASE = str(int(os.environ.get("HARGO_SLURM_PORT_BASE") or 16817) + 3000)
 TAG = f"hargo{PORT_BASE}"  # the script's names: link, namespaces hargo19817-<node>
 GPU_NODES, CPU_NODES = ["hargo-g1", "hargo-g2"], ["hargo-c1", "hargo-c2"]
 LR, STEPS = 1e-3, 2
