@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from numerics import assert_same_adam_update
 from safetensors.torch import load_file
+from test_submit import invoke, wait_until
 
-from hargo_hpc.cli import main
 from hargo_hpc.slurm.manifest import Manifest, load_manifest
 from hargo_hpc.slurm.watch import job_states
 from hargo_hpc.train import metrics as m
@@ -81,20 +80,6 @@ def run(*argv: str, timeout: float = 120) -> str:
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr.strip()}"
     return done.stdout
-
-
-def invoke(*args: str) -> Any:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"not within {timeout:.0f} s: {what}")
 
 
 def final_state(job_id: str) -> str:
