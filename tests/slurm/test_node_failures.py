@@ -4,7 +4,7 @@ The module starts the same cluster as test_multinode (its `cluster` fixture: 2 g
 nodes, each slurmd in its own network namespace, checked empty at the end) and breaks nodes
 under `hargo submit` with the script's node actions, as Slurm sees real failures: the
 controller stops hearing from the node, marks it DOWN after SlurmdTimeout (30 s, pinged every
-10 s: 30 to 40 s after the failure) and requeues its jobs. Requeues are counted from sacct
+10 s: 31 to 46 s after the failure, measured) and requeues its jobs. Requeues are counted from sacct
 (`-D`: one record per run of the job; a run ended by the failure is NODE_FAIL).
 
 - A training node killed mid-run (`node-kill`: its slurmd and every process of it): the
@@ -16,11 +16,14 @@ controller stops hearing from the node, marks it DOWN after SlurmdTimeout (30 s,
 - A bench node cut off (`node-partition on`): here every node shares the filesystem, so the
   cut-off worker keeps serving through it; then the node is frozen as well (`node-freeze on`:
   its processes stop, as they hang on a shared filesystem that the partition also cut), its
-  lease expires and the other worker takes over; healed, the stale worker finishes late and
-  its result is a duplicate, kept aside and never scored.
+  lease expires and the other worker takes over; the filesystem back, the stale worker
+  finishes late and its result is a duplicate, kept aside and never scored; the link back,
+  Slurm ends it.
 
 Slurm delays the start of a requeued job until the old credential has expired (cred_expire 10
-s in this cluster: 11 s); the tests skip that wait with `scontrol update StartTime=now`. The
+s in this cluster: 11 s); the training test skips that wait with `scontrol update
+StartTime=now` while the killed node is still DOWN (on a node that has just come back, the
+controller's termination of the dead run can meet the new one: docs/slurm.md). The
 bench workload is the real bench behind a fixed delay (a wrapper as `slurm.python` gives the
 workers `--workload`), so a claim is held long enough to fail its node under it. Each test puts
 the node back and waits for the cluster to be idle, so the next starts on a whole cluster.
@@ -63,8 +66,9 @@ DOWN_S = 120  # the controller marks a dead node DOWN within SlurmdTimeout + a p
 SLURM_OPTIONS = ["slurm.train.cpus_per_task=1", "slurm.train.mem=1G",
                  "slurm.train.time=00:10:00", "slurm.bench.mem=1G", "slurm.bench.time=00:10:00",
                  "slurm.eval.mem=1G", "slurm.eval.time=00:05:00"]
-# the training of test 1: 30 steps, a checkpoint every 4, the tiny.toml text tasks
-TRAIN_STEPS, SAVE_EVERY = 30, 4
+# the training of test 1: the tiny.toml text tasks, 30 steps, a checkpoint every 10 (the kill
+# comes after the first and a step past it, long before the second could be written)
+TRAIN_STEPS, SAVE_EVERY = 30, 10
 # GEMM: 2 prompts x 2 completions a step, each a bench request held BENCH_S seconds
 BENCH_S, LEASE_S, IDLE_S = 2.0, 8.0, 24.0
 GEMM_STEPS, PER_STEP = 3, 4
@@ -104,15 +108,17 @@ def slurm(*argv: str) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str,
+def wait_for(condition: Callable[[], Any], timeout: float, what: str | Callable[[], str],
              poll: float = 0.2) -> Any:
+    """condition()'s first true value, polled; a failure naming `what` (or what it returns,
+    then) after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:.0f} s: {what}")
+            pytest.fail(f"not within {timeout:.0f} s: {what if isinstance(what, str) else what()}")
         time.sleep(poll)
 
 
@@ -228,10 +234,21 @@ def restore(cluster: Cluster, node: str, manifest: Manifest | None) -> None:
         # the cluster's logs, for a failure (the fixture removes its state directory)
         shutil.copytree(Path(cluster.state, "log"), Path(manifest.root, "slurm-logs"),
                         dirs_exist_ok=True)
-    wait_for(lambda: not slurm("squeue", "-h", "-o", "%i").strip()
-             and all(node_state(n) == "idle" for n in GPU_NODES + CPU_NODES), 120,
-             "every job gone and every node idle again: "
-             + slurm("sinfo", "-N", "-h", "-o", "%N %T") + slurm("squeue"))
+    seen: list[str] = []
+
+    def idle() -> bool:
+        jobs = slurm("squeue", "-h", "-t", "all", "-o", "%i %T %N %r").strip()
+        states = {n: node_state(n) for n in GPU_NODES + CPU_NODES}
+        seen[:] = [f"jobs: {jobs or 'none'}; nodes: {states}"] + [
+            slurm("scontrol", "show", "node", n) for n, st in states.items() if st != "idle"]
+        return not slurm("squeue", "-h", "-o", "%i").strip() and set(states.values()) == {"idle"}
+
+    try:
+        wait_for(idle, 120, lambda: f"every job gone and every node idle again: {seen}")
+    finally:
+        if manifest is not None:
+            shutil.copytree(Path(cluster.state, "log"), Path(manifest.root, "slurm-logs-end"),
+                            dirs_exist_ok=True)
 
 
 # ---------------------------------------------------------------- a training node
@@ -306,8 +323,10 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
                                f"the requeued job {train} to run")
         times.mark(f"running on {again}")
         assert again != node and again in GPU_NODES
-        back = cluster_script("node-start", cluster.state, node)
-        assert back.returncode == 0, back.stderr
+        # the killed node is started again once the job has ended (restore). Started while
+        # the requeued job ran, as at first, the node the job ran on stayed MIXED after it had
+        # completed, with no job left, for over 2 minutes in 3 consecutive runs of 23 (not
+        # reproduced in 10 runs of the same sequence by hand): Slurm's bookkeeping
         log = Path(manifest.root, "submitit", "train", f"{train}_0_log.out")
 
         def second_run() -> list[str]:
@@ -567,13 +586,10 @@ def test_a_bench_node_cut_off_then_frozen_loses_its_claim_and_its_late_result(
         result = wait_for(lambda: gemm.result(held.step, held.rid), 120,
                           f"request {held.rid} of step {held.step} taken over")
         times.mark("taken over")
-        wait_for(lambda: node_state(victim).startswith("down"), DOWN_S, f"{victim} DOWN")
-        times.mark("DOWN")
-        task = gemm.workers[victim]
-        wait_for(lambda: queued(task)[0] == "PENDING", 30, f"worker {task} requeued")
-        # the filesystem first: the stale worker continues, finishes what it held and loses
-        # to the result (with the link up as well, Slurm's node-failure notice to its srun
-        # would stop it, perhaps before it answered)
+        # the filesystem comes back first: the stale worker continues, finishes what it held
+        # and loses to the result in place. (Later, the stop sentinel would end it first; with
+        # the link up, Slurm's node-failure notice to its srun would: it then releases the
+        # claim and drops its result, also correct, but no late result to check.)
         thawed = cluster_script("node-freeze", cluster.state, victim, "off")
         assert thawed.returncode == 0, thawed.stderr
         times.mark("continued")
@@ -581,6 +597,10 @@ def test_a_bench_node_cut_off_then_frozen_loses_its_claim_and_its_late_result(
         late = wait_for(lambda: list(duplicates.glob(f"{held.rid}.*-{held.attempt}.json")),
                         60, f"the stale worker's late result for {held.rid}")
         times.mark("late result set aside")
+        wait_for(lambda: node_state(victim).startswith("down"), DOWN_S, f"{victim} DOWN")
+        times.mark("DOWN")
+        task = gemm.workers[victim]
+        wait_for(lambda: queued(task)[0] == "PENDING", 30, f"worker {task} requeued")
         healed = cluster_script("node-partition", cluster.state, victim, "off")
         assert healed.returncode == 0, healed.stderr
         slurm("scontrol", "reconfigure")  # the node registers again; the stale task is killed
