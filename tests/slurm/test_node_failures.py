@@ -281,6 +281,14 @@ def straight_run(cluster: Cluster) -> Iterator[Callable[[], Path]]:
         log.close()
 
 
+def down_and_requeued(node: str, job: str, times: Times) -> None:
+    """Wait until the controller marks the failed `node` DOWN (mark "DOWN"), then until `job`,
+    which ran there, is back in the queue."""
+    wait_for(lambda: node_state(node).startswith("down"), DOWN_S, f"{node} DOWN")
+    times.mark("DOWN")
+    wait_for(lambda: queued(job)[0] == "PENDING", 30, f"job {job} requeued")
+
+
 def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_run(
         cluster: Cluster, straight_run: Callable[[], Path], summary_line: Any) -> None:
     manifest = submit(cluster, "killed", f"training.steps={TRAIN_STEPS}",
@@ -311,9 +319,7 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
         logged = layout.metrics.read_text().count("\n")
         assert logged > resume_at  # steps after the checkpoint, which the resume runs again
 
-        wait_for(lambda: node_state(node).startswith("down"), DOWN_S, f"{node} DOWN")
-        times.mark("DOWN")
-        wait_for(lambda: queued(train)[0] == "PENDING", 30, f"job {train} requeued")
+        down_and_requeued(node, train, times)
         times.mark("requeued")
         # started now, while its node is DOWN: on the other gpu node (started at once on a
         # node that has just come back, a requeued job can meet the kill the controller queued
@@ -525,10 +531,8 @@ def test_a_bench_node_killed_while_its_worker_holds_a_claim(
         result = wait_for(lambda: gemm.result(step, rid), 120,
                           f"request {rid} of step {step} taken over")
         times.mark("taken over")
-        wait_for(lambda: node_state(victim).startswith("down"), DOWN_S, f"{victim} DOWN")
-        times.mark("DOWN")
         task = gemm.workers[victim]
-        wait_for(lambda: queued(task)[0] == "PENDING", 30, f"worker {task} requeued")
+        down_and_requeued(victim, task, times)
         # back at once: the requeued worker starts there after its BeginTime (11 s after the
         # requeue), once the node has taken the controller's kill of its dead run
         back = cluster_script("node-start", cluster.state, victim)
@@ -597,10 +601,8 @@ def test_a_bench_node_cut_off_then_frozen_loses_its_claim_and_its_late_result(
         late = wait_for(lambda: list(duplicates.glob(f"{held.rid}.*-{held.attempt}.json")),
                         60, f"the stale worker's late result for {held.rid}")
         times.mark("late result set aside")
-        wait_for(lambda: node_state(victim).startswith("down"), DOWN_S, f"{victim} DOWN")
-        times.mark("DOWN")
         task = gemm.workers[victim]
-        wait_for(lambda: queued(task)[0] == "PENDING", 30, f"worker {task} requeued")
+        down_and_requeued(victim, task, times)
         healed = cluster_script("node-partition", cluster.state, victim, "off")
         assert healed.returncode == 0, healed.stderr
         slurm("scontrol", "reconfigure")  # the node registers again; the stale task is killed
