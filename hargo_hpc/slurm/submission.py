@@ -15,7 +15,8 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); afterok:sft
             when there is one (not idle through the warm start); their idle clock starts at
             the handoff's first step (--idle-from-first-step), so a training queued for long
-            finds them up; the stop job ends them
+            finds them up; the stop job ends them. Requeued (--requeue) when their node
+            fails: a worker holds no state, its claims are taken over when its lease lapses
     train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
             afterok:sft when there is one, and `after` the first worker started when there
             are workers: the bench is up before training first waits for it (a worker queued
@@ -26,7 +27,9 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
     report  afterok:eval, `hargo report <every run> -o <root>/report`: the method table,
             plots and HTML page of the submission, on [slurm.bench]'s partition, one CPU
     stop    afterany:train and afterany:eval, writes the handoff's stop sentinel (the workers
-            exit); an evaluation cancelled for a failed training counts as ended
+            exit); an evaluation cancelled for a failed training counts as ended. One CPU on
+            [slurm.bench]'s or [slurm.eval]'s partition, whichever has one first (the workers
+            may fill the bench partition until they idle out)
 
 Every job's command is built here, once (`PlannedJob.commands`, one argv per array task): the
 batch templates (`hargo render`) select theirs by `SLURM_ARRAY_TASK_ID`; `submitter` hands
@@ -100,7 +103,8 @@ class PlannedJob:
     commands: list[list[str]]
     after: list[tuple[str, str]] = field(default_factory=list)
     to_steps: bool = False
-    requeue: bool = False
+    requeue: bool = False  # sbatch --requeue: Slurm requeues a task its node failed under
+    resumable: bool = False  # checkpoint-and-requeue entry points (`entrypoints.Resumable`)
     variables: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -190,7 +194,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         jobs.append(PlannedJob("sft", "sft.sh.j2", slurm.train,
                                [[*hargo, "sft", str(r.sft_config_file)]
                                 for r in runs if r.sft_config_file is not None],
-                               to_steps=True, requeue=True,
+                               to_steps=True, requeue=True, resumable=True,
                                variables={"max_requeues": slurm.train.max_requeues}))
     after_sft: list[tuple[str, str]] = [("afterok", "sft")] if config.sft.steps else []
     if handoff_dir is not None:  # workers first: training starts once one of them has
@@ -198,10 +202,11 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                   str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",
                   "--idle-from-first-step", "--threads", "1"]
         jobs.append(PlannedJob("bench", "bench_worker.sh.j2", slurm.bench,
-                               [worker] * config.handoff.workers, after=after_sft))
+                               [worker] * config.handoff.workers, requeue=True,
+                               after=after_sft))
     jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
                            [[*hargo, "train", str(r.config_file)] for r in runs],
-                           to_steps=True, requeue=True,
+                           to_steps=True, requeue=True, resumable=True,
                            variables={"max_requeues": slurm.train.max_requeues},
                            after=after_sft + ([("after", "bench")] if handoff_dir else [])))
     jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,
@@ -213,8 +218,11 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         [[*hargo, "report", *(str(r.dir) for r in runs), "-o", str(root / REPORT)]],
         after=[("afterok", "eval")]))
     if handoff_dir is not None:  # after training and its evaluation (GEMM's bench too)
+        # on whichever partition frees a CPU first: the workers may fill the bench one
+        partitions = dict.fromkeys([slurm.bench.partition, slurm.eval.partition])
         jobs.append(PlannedJob("stop", "stop.sh.j2", slurm.bench.model_copy(update={
-            "array_parallelism": 0, "time": "00:05:00", "cpus_per_task": 1}),
+            "partition": ",".join(partitions), "array_parallelism": 0, "time": "00:05:00",
+            "cpus_per_task": 1}),
             [[*hargo, "handoff", "stop", str(handoff_dir), "--reason",
               "training and evaluation ended"]],
             after=[("afterany", "train"), ("afterany", "eval")]))

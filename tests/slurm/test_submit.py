@@ -79,6 +79,14 @@ def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) 
     assert plan.job("train").after == [("after", "bench")]
     assert plan.job("stop").after == [("afterany", "train"), ("afterany", "eval")]
     assert plan.job("eval").after == [("afterok", "train")]
+    # the stop job takes a CPU where one frees first (the workers may fill the bench
+    # partition); here eval shares the bench's partition, named once
+    assert plan.job("stop").resources.partition == "cpu"
+    split = sub.plan_submission(tiny(tmp_path / "split", *GEMM_SWEEP, "slurm.eval.partition=gpu"))
+    assert split.job("stop").resources.partition == "cpu,gpu"
+    # Slurm requeues a worker whose node failed; only sft and train checkpoint themselves
+    assert [j.name for j in plan.jobs if j.requeue] == ["bench", "train"]
+    assert [j.name for j in plan.jobs if j.resumable] == ["train"]
     assert plan.root == root and plan.handoff_dir == root / "handoff"
     assert [(r.label, r.dir, r.config.algorithm.name) for r in plan.runs] == [
         ("name-grpo", root / "name-grpo", "grpo"), ("name-hargo", root / "name-hargo", "hargo")]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -128,6 +130,25 @@ def test_a_one_node_slurm_job_meets_on_the_loopback(monkeypatch: pytest.MonkeyPa
                SLURM_NTASKS="2", SLURM_PROCID="1", SLURM_NODEID="0")
     env = detect()
     assert (env.rank, env.world_size, env.master_addr) == (1, 2, "127.0.0.1")
+
+
+def test_a_one_task_slurm_job_lets_the_kernel_pick_its_port(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a port drawn from the job id (or MASTER_PORT) can be another process's at that moment;
+    # one task needs none fixed (a paper-table training failed with EADDRINUSE on one)
+    _slurm_env(monkeypatch, SLURM_NTASKS="1", SLURM_PROCID="0", SLURM_LOCALID="0",
+               SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="hargo1",
+               MASTER_PORT="29600")
+    assert detect() == DistEnv(0, 1, 0, "127.0.0.1", 0, "slurm")
+    # and such a group forms (in a child: the suite's process keeps its own group, if any)
+    script = ("from hargo_hpc.train.backend import distributed as d\n"
+              "env = d.init(timeout_s=60)\n"
+              "assert d.world_size() == 1 and d.broadcast_object('x') == 'x'\n"
+              "d.teardown()\nprint('port', env.master_port)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ))
+    assert done.returncode == 0 and "port 0" in done.stdout, done.stderr[-2000:]
 
 
 def test_slurm_with_a_master_port_and_submitits_own_executor(

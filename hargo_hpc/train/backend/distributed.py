@@ -11,8 +11,10 @@ Three sources, tried in this order by `detect`:
    the first host of SLURM_JOB_NODELIST (127.0.0.1 in a one-node job, where the node's
    name need not resolve), master port = MASTER_PORT when set, else a port in
    20000-60000 drawn from a generator seeded with the job id (so every task of the job draws the
-   same one without talking). submitit picks its Slurm reader only when SUBMITIT_EXECUTOR=slurm
-   (set by submitit's own sbatch file); under a plain `sbatch` + `srun` it is not set, so
+   same one without talking); a job of one task binds port 0 instead (the kernel picks a free
+   one; a fixed port can be held by another process's connection at that moment).
+   submitit picks its Slurm reader only when SUBMITIT_EXECUTOR=slurm (set by submitit's own
+   sbatch file); under a plain `sbatch` + `srun` it is not set, so
    `detect` sets it for the duration of the call and restores the environment after.
    Inside an `sbatch` script *without* `srun` the batch step sees SLURM_NTASKS of the whole
    allocation but is one process (and has no SLURM_STEP_ID, which every `srun` step has): with
@@ -180,9 +182,13 @@ def _from_slurm(environ: Mapping[str, str]) -> DistEnv:
             raise DistributedError(f"cannot read the Slurm task environment: {err}") from None
     # One node: the rendezvous stays on the loopback (a node name need not resolve there).
     one_node = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "")) == "1"
+    # One task meets nobody: the kernel picks its store's port (a port drawn from the job id
+    # can be some other process's ephemeral port at that moment: EADDRINUSE, a failed task)
+    world = int(slurm.world_size)
     return DistEnv(
-        int(slurm.rank), int(slurm.world_size), int(slurm.local_rank),
-        "127.0.0.1" if one_node else str(slurm.master_addr), int(slurm.master_port), "slurm",
+        int(slurm.rank), world, int(slurm.local_rank),
+        "127.0.0.1" if one_node else str(slurm.master_addr),
+        SINGLE_PORT if world == 1 else int(slurm.master_port), "slurm",
     )
 
 
