@@ -115,6 +115,11 @@ def _step(layout: Layout, step: int, now: float) -> StepStatus:
     return item
 
 
+def live_workers(root: str | Path) -> list[WorkerStatus]:
+    """The workers whose heartbeat says running and is fresh, on the handoff at `root`."""
+    return [w for w in _workers(Layout(root), time.time(), []) if w.live]
+
+
 def _workers(layout: Layout, now: float, skipped: list[str]) -> list[WorkerStatus]:
     found = []
     for name in sorted(list_names(layout.workers)):

@@ -51,8 +51,9 @@ class RunEntry:
 @dataclass
 class JobEntry:
     """One Slurm job (an array) of the submission. `after` names the jobs it depends on and
-    `dependency` is the sbatch form used (e.g. `afterok:123`); `job_id` is "" until
-    submitted. `log` is the output pattern (`%A` job id, `%a` array index).
+    `dependency` is the sbatch form used (e.g. `afterok:123`; a job in parts: its first
+    part's); `job_id` is "" until submitted. `log` is the output pattern (`%A` job id, `%a`
+    array index).
 
     An array larger than the cluster's MaxArraySize goes out in parts: `parts` lists
     `[job id, first task, tasks]` per sbatch submission (the part's own array indices start

@@ -21,9 +21,10 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             afterok:sft when there is one, and `after` the first worker started when there
             are workers: the bench is up before training first waits for it (a worker queued
             behind a busy CPU partition while rank 0 waited out its step timeout lost steps)
-    eval    afterok:train, `hargo eval <run dir>` array, one task per run: the export on the
-            held-out split, WinRate against the run's starting model, GEMM through the same
-            workers (eval/metrics.json)
+    eval    aftercorr:train, `hargo eval <run dir>` array, one task per run: the export on
+            the held-out split, WinRate against the run's starting model, GEMM through the same
+            workers (eval/metrics.json). Task i starts once training task i succeeded, beside
+            the trainings still running; one whose training failed is ended, the others go on
     report  afterok:eval, `hargo report <every run> -o <root>/report`: the method table,
             plots and HTML page of the submission, on [slurm.bench]'s partition, one CPU
     stop    afterany:train and afterany:eval, writes the handoff's stop sentinel (the workers
@@ -211,7 +212,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                            after=after_sft + ([("after", "bench")] if handoff_dir else [])))
     jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,
                            [[*hargo, "eval", str(r.dir)] for r in runs],
-                           after=[("afterok", "train")]))
+                           after=[("aftercorr", "train")]))
     jobs.append(PlannedJob("report", "report.sh.j2", slurm.eval.model_copy(update={
         "partition": slurm.bench.partition, "gpus_per_node": 0, "cpus_per_task": 1,
         "array_parallelism": 0, "time": "00:10:00"}),

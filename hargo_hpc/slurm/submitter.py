@@ -20,7 +20,8 @@ jobs in an order where each job's `after` jobs come first:
      cancels every job submitted so far.
    - local: submitit's local executor, one process per task. A job starts once its edges
      hold (after: the job has started; afterok: every task succeeded; afterany: every task
-     ended) and never when an afterok edge can no longer hold; `submit_plan` returns when
+     ended; aftercorr, task by task on Slurm, waits here for the whole job, as afterok) and
+     never when an afterok edge can no longer hold; `submit_plan` returns when
      every started process has ended, SubmitError naming the first failed task.
 """
 
@@ -121,18 +122,20 @@ def _submit_slurm(plan: Plan, limit: int, log: Log) -> Manifest:
     ids: dict[str, list[str]] = {}
     try:
         for job, entry in zip(plan.jobs, manifest.jobs, strict=True):
-            dependency = ",".join(_dependency(kind, ids[name], plan.job(name).tasks)
-                                  for kind, name in job.after)
             parts = split_array(job.tasks, limit)
             entries = entry_points(plan, job)
-            for first, count in parts:
+            for part, (first, count) in enumerate(parts):
+                dependency = ",".join(_dependency(kind, ids[name], plan.job(name).tasks, part,
+                                                  count) for kind, name in job.after)
                 handles = _submit_array(job_executor(plan, job, "slurm", dependency),
                                         entries[first:first + count])
                 job_id = str(handles[0].job_id).split("_")[0]
                 ids.setdefault(job.name, []).append(job_id)
                 if len(parts) > 1:
                     entry.parts.append([job_id, first, count])
-            entry.job_id, entry.dependency = ids[job.name][0], dependency
+                if part == 0:
+                    entry.dependency = dependency  # the later parts': their own parts'
+            entry.job_id = ids[job.name][0]
             shown = ", ".join(ids[job.name])
             log(f"submitted {job.name}: job {shown} ({job.tasks} task(s) on "
                 f"{job.resources.partition}{', ' + dependency if dependency else ''})")
@@ -156,12 +159,18 @@ def _submit_array(executor: Any, entries: list[HargoCommand]) -> list[Any]:
     return handles
 
 
-def _dependency(kind: str, job_ids: list[str], tasks: int) -> str:
-    """sbatch's form: `after` waits for the job's first task to start, the others for the
-    whole job, every part of it (afterok: every task succeeded; afterany: every task
-    ended)."""
+def _dependency(kind: str, job_ids: list[str], tasks: int, part: int = 0, count: int = 1
+                ) -> str:
+    """sbatch's form of one edge of part `part` (`count` tasks) of a job on a job of `tasks`
+    tasks submitted as `job_ids` (its parts): `after` waits for that job's first task to
+    start; `aftercorr` lets task i start once task i of the other job succeeded (both jobs
+    have as many tasks, so their parts pair up; a part of one task is a plain job, which
+    waits afterok on its own part); the others wait for the whole job, every part of it
+    (afterok: every task succeeded; afterany: every task ended)."""
     if kind == "after":
         return f"after:{job_ids[0]}_0" if tasks > 1 else f"after:{job_ids[0]}"
+    if kind == "aftercorr":
+        return f"{'aftercorr' if count > 1 else 'afterok'}:{job_ids[part]}"
     return f"{kind}:" + ":".join(job_ids)
 
 
@@ -241,8 +250,8 @@ def _edges(job: PlannedJob, states: dict[str, str], never: dict[str, str]) -> st
             continue
         if kind == "after":
             continue
-        if state == "running":
+        if state == "running":  # aftercorr too: here the whole job, as afterok
             return "wait"
-        if kind == "afterok" and state == "failed":
+        if kind in ("afterok", "aftercorr") and state == "failed":
             return f"{name} failed"
     return "go"

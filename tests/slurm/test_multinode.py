@@ -38,7 +38,8 @@ from typing import Any
 import pytest
 from numerics import assert_same_adam_update
 from safetensors.torch import load_file
-from test_submit import invoke, wait_until
+from test_submit import invoke
+from waiting import wait_until
 
 from hargo_hpc.slurm.manifest import Manifest, load_manifest
 from hargo_hpc.slurm.watch import job_states

@@ -53,6 +53,7 @@ from test_multinode import (
     invoke,
     namespaced_cluster,
 )
+from waiting import wait_until
 
 from hargo_hpc.files import read_jsonl
 from hargo_hpc.runs import RunLayout
@@ -108,19 +109,6 @@ def slurm(*argv: str) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str | Callable[[], str],
-             poll: float = 0.2) -> Any:
-    """condition()'s first true value, polled; a failure naming `what` (or what it returns,
-    then) after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:.0f} s: {what if isinstance(what, str) else what()}")
-        time.sleep(poll)
-
 
 def node_state(node: str) -> str:
     """sinfo's state of the node ("idle", "mixed", "down*", ...)."""
@@ -166,7 +154,7 @@ def start_requeued_now(job_id: str) -> str:
         state, _, reason = queued(job_id)
         return (state, reason) if state != "PENDING" or reason not in ("", "None") else None
 
-    state, reason = wait_for(settled, 30, f"job {job_id} to run or to wait for a reason")
+    state, reason = wait_until(settled, 30, f"job {job_id} to run or to wait for a reason")
     if state == "PENDING" and reason == "BeginTime":
         slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now")
     return reason if state == "PENDING" else ""
@@ -244,7 +232,7 @@ def restore(cluster: Cluster, node: str, manifest: Manifest | None) -> None:
         return not slurm("squeue", "-h", "-o", "%i").strip() and set(states.values()) == {"idle"}
 
     try:
-        wait_for(idle, 120, lambda: f"every job gone and every node idle again: {seen}")
+        wait_until(idle, 120, lambda: f"every job gone and every node idle again: {seen}")
     finally:
         if manifest is not None:
             shutil.copytree(Path(cluster.state, "log"), Path(manifest.root, "slurm-logs-end"),
@@ -284,9 +272,9 @@ def straight_run(cluster: Cluster) -> Iterator[Callable[[], Path]]:
 def down_and_requeued(node: str, job: str, times: Times) -> None:
     """Wait until the controller marks the failed `node` DOWN (mark "DOWN"), then until `job`,
     which ran there, is back in the queue."""
-    wait_for(lambda: node_state(node).startswith("down"), DOWN_S, f"{node} DOWN")
+    wait_until(lambda: node_state(node).startswith("down"), DOWN_S, f"{node} DOWN")
     times.mark("DOWN")
-    wait_for(lambda: queued(job)[0] == "PENDING", 30, f"job {job} requeued")
+    wait_until(lambda: queued(job)[0] == "PENDING", 30, f"job {job} requeued")
 
 
 def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_run(
@@ -297,7 +285,7 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
     layout = RunLayout(Path(manifest.runs[0].dir))
     node = ""
     try:
-        _, node, _ = wait_for(lambda: queued(train)[0] == "RUNNING" and queued(train), 120,
+        _, node, _ = wait_until(lambda: queued(train)[0] == "RUNNING" and queued(train), 120,
                                   f"the training job {train} to run")
         assert node in GPU_NODES, node
 
@@ -308,7 +296,7 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
             text = layout.metrics.read_text() if layout.metrics.is_file() else ""
             return saved is not None and text.count("\n") > int(saved.name.split("_")[1])
 
-        wait_for(checkpointed_and_past_it, 300, f"a checkpoint of {train} and a step after it")
+        wait_until(checkpointed_and_past_it, 300, f"a checkpoint of {train} and a step after it")
         times = Times()
         killed = cluster_script("node-kill", cluster.state, node)
         assert killed.returncode == 0, killed.stderr
@@ -325,7 +313,7 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
         # node that has just come back, a requeued job can meet the kill the controller queued
         # for its dead run, which arrives with the node's registration: NODE_FAIL, not requeued)
         assert start_requeued_now(train) == "BeginTime"
-        _, again, _ = wait_for(lambda: queued(train)[0] == "RUNNING" and queued(train), 60,
+        _, again, _ = wait_until(lambda: queued(train)[0] == "RUNNING" and queued(train), 60,
                                f"the requeued job {train} to run")
         times.mark(f"running on {again}")
         assert again != node and again in GPU_NODES
@@ -340,9 +328,9 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
             parts = log.read_text().split("Starting with JobEnvironment")
             return re.findall(r"^step (\d+)/", parts[2], re.M) if len(parts) > 2 else []
 
-        first = wait_for(second_run, 300, f"the requeued job {train} to log a step")[0]
+        first = wait_until(second_run, 300, f"the requeued job {train} to log a step")[0]
         times.mark(f"step {first} logged")
-        assert wait_for(lambda: ended(train), 300, f"job {train} to end") == "COMPLETED", \
+        assert wait_until(lambda: ended(train), 300, f"job {train} to end") == "COMPLETED", \
             logs(manifest, "train")
         times.mark("completed")
     finally:
@@ -451,7 +439,7 @@ def submit_gemm(cluster: Cluster, name: str, python: Path) -> Gemm:
     manifest = submit(cluster, name, *GEMM, python=python)
     bench = manifest.job("bench").job_id
     tasks = [f"{bench}_{i}" for i in range(2)]
-    wait_for(lambda: all(queued(t)[0] == "RUNNING" for t in tasks), 120,
+    wait_until(lambda: all(queued(t)[0] == "RUNNING" for t in tasks), 120,
              f"both workers of {bench} to run")
     placed = {queued(t)[1]: t for t in tasks}
     assert sorted(placed) == CPU_NODES, placed  # one worker a cpu node
@@ -462,12 +450,12 @@ def submission_ends(gemm: Gemm) -> None:
     """The training completed, the stop job wrote STOP, every job of it has ended."""
     manifest = gemm.manifest
     train, stop = manifest.job("train").job_id, manifest.job("stop").job_id
-    assert wait_for(lambda: ended(train), 300, f"training {train} to end") == "COMPLETED", \
+    assert wait_until(lambda: ended(train), 300, f"training {train} to end") == "COMPLETED", \
         logs(manifest, "train")
     # the stop job takes a CPU of a gpu node while the workers fill the cpu nodes
-    assert wait_for(lambda: ended(stop), 300, f"stop job {stop} to end") == "COMPLETED", \
+    assert wait_until(lambda: ended(stop), 300, f"stop job {stop} to end") == "COMPLETED", \
         logs(manifest, "stop")
-    wait_for(lambda: all_ended(manifest), 120, "every job of the submission to end")
+    wait_until(lambda: all_ended(manifest), 120, "every job of the submission to end")
 
 
 def every_completion_scored_once(gemm: Gemm) -> dict[str, Any]:
@@ -519,7 +507,7 @@ def test_a_bench_node_killed_while_its_worker_holds_a_claim(
     victim, other = CPU_NODES
     try:
         # a claim just made: its worker holds it for BENCH_S more, the kill takes a moment
-        wait_for(lambda: gemm.held_by(victim, within_s=0.5), 180,
+        wait_until(lambda: gemm.held_by(victim, within_s=0.5), 180,
                  f"a fresh claim of the worker on {victim}", poll=0.05)
         times = Times()
         killed = cluster_script("node-kill", cluster.state, victim)
@@ -528,7 +516,7 @@ def test_a_bench_node_killed_while_its_worker_holds_a_claim(
         held = gemm.held_by(victim)  # what the dead worker held
         assert held is not None, "the worker answered its claim before the node died"
         step, rid = held.step, held.rid
-        result = wait_for(lambda: gemm.result(step, rid), 120,
+        result = wait_until(lambda: gemm.result(step, rid), 120,
                           f"request {rid} of step {step} taken over")
         times.mark("taken over")
         task = gemm.workers[victim]
@@ -568,26 +556,26 @@ def test_a_bench_node_cut_off_then_frozen_loses_its_claim_and_its_late_result(
     gemm = submit_gemm(cluster, "bench-cut", slow_bench)
     victim, other = CPU_NODES
     try:
-        wait_for(lambda: gemm.held_by(victim), 180, f"a claim of the worker on {victim}")
+        wait_until(lambda: gemm.held_by(victim), 180, f"a claim of the worker on {victim}")
         times = Times()
         cut = cluster_script("node-partition", cluster.state, victim, "on")
         assert cut.returncode == 0, cut.stderr
         cut_at = time.time()
         times.mark("cut off")
         # the shared filesystem still reaches the node: its worker goes on answering
-        served = wait_for(lambda: gemm.answered_by(victim, since=cut_at), 60,
+        served = wait_until(lambda: gemm.answered_by(victim, since=cut_at), 60,
                           f"a result of the cut-off worker on {victim}")
         times.mark("cut-off worker answered")
         # now its processes stop too (a partition that cuts the filesystem as well), while
         # it holds a claim just made
-        wait_for(lambda: gemm.held_by(victim, within_s=0.5), 120,
+        wait_until(lambda: gemm.held_by(victim, within_s=0.5), 120,
                  f"a fresh claim of the cut-off worker on {victim}", poll=0.05)
         frozen = cluster_script("node-freeze", cluster.state, victim, "on")
         assert frozen.returncode == 0, frozen.stderr
         times.mark("frozen")
         held = gemm.held_by(victim)  # what the stopped worker holds
         assert held is not None, "the worker answered its claim before it was stopped"
-        result = wait_for(lambda: gemm.result(held.step, held.rid), 120,
+        result = wait_until(lambda: gemm.result(held.step, held.rid), 120,
                           f"request {held.rid} of step {held.step} taken over")
         times.mark("taken over")
         # the filesystem comes back first: the stale worker continues, finishes what it held
@@ -598,7 +586,7 @@ def test_a_bench_node_cut_off_then_frozen_loses_its_claim_and_its_late_result(
         assert thawed.returncode == 0, thawed.stderr
         times.mark("continued")
         duplicates = gemm.step_dir(held.step) / "duplicates"
-        late = wait_for(lambda: list(duplicates.glob(f"{held.rid}.*-{held.attempt}.json")),
+        late = wait_until(lambda: list(duplicates.glob(f"{held.rid}.*-{held.attempt}.json")),
                         60, f"the stale worker's late result for {held.rid}")
         times.mark("late result set aside")
         task = gemm.workers[victim]
@@ -606,10 +594,10 @@ def test_a_bench_node_cut_off_then_frozen_loses_its_claim_and_its_late_result(
         healed = cluster_script("node-partition", cluster.state, victim, "off")
         assert healed.returncode == 0, healed.stderr
         slurm("scontrol", "reconfigure")  # the node registers again; the stale task is killed
-        wait_for(lambda: not node_state(victim).startswith("down"), 60, f"{victim} back")
+        wait_until(lambda: not node_state(victim).startswith("down"), 60, f"{victim} back")
         times.mark("node back")
         pid = pid_of(held.worker)
-        wait_for(lambda: not alive(pid), 60, f"the stale worker {held.worker} to end")
+        wait_until(lambda: not alive(pid), 60, f"the stale worker {held.worker} to end")
         times.mark("stale worker ended")
         submission_ends(gemm)
         times.mark("submission ended")

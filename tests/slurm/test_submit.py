@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from waiting import wait_until
 
 from hargo_hpc.cli import main
 from hargo_hpc.config import ConfigError, JobResources, load_config, validate_config
@@ -52,15 +53,6 @@ def invoke(*args: str) -> Any:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def wait_until(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"not within {timeout:.0f} s: {what}")
-
 
 # ---------------------------------------------------------------- the plan, without Slurm
 
@@ -78,7 +70,8 @@ def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) 
     assert plan.job("bench").after == []
     assert plan.job("train").after == [("after", "bench")]
     assert plan.job("stop").after == [("afterany", "train"), ("afterany", "eval")]
-    assert plan.job("eval").after == [("afterok", "train")]
+    # evaluation i once training i succeeded, beside the trainings still running
+    assert plan.job("eval").after == [("aftercorr", "train")]
     # the stop job takes a CPU where one frees first (the workers may fill the bench
     # partition); here eval shares the bench's partition, named once
     assert plan.job("stop").resources.partition == "cpu"
@@ -128,7 +121,7 @@ def test_dry_run_prints_every_script_and_the_graph_and_submits_nothing(tmp_path:
     graph = out.split("# ---- dependency graph\n")[1].splitlines()
     assert [line.split()[0] for line in graph] == ["bench", "train", "eval", "report", "stop"]
     assert "after -" in graph[0] and "after after:bench" in graph[1]
-    assert "after afterok:train" in graph[2]
+    assert "after aftercorr:train" in graph[2]
     assert "after afterok:eval" in graph[3]
     assert "after afterany:train, afterany:eval" in graph[4]
     assert "#SBATCH --requeue" in out and "#SBATCH --signal=USR1@120" in out
@@ -429,6 +422,22 @@ def test_the_local_walk_starts_a_job_only_when_its_edges_hold() -> None:
     assert edges(job(("afterok", "a")), {}, {"a": "b failed"}) == "a did not run"
     assert edges(job(("after", "a")), {}, {"a": "b failed"}) == "a did not run"
     assert edges(job(("afterany", "a"), ("afterany", "b")), {"a": "ok"}, {}) == "wait"
+    # aftercorr (task by task on Slurm) waits here for the whole job, as afterok
+    assert edges(job(("aftercorr", "a")), {"a": "running"}, {}) == "wait"
+    assert edges(job(("aftercorr", "a")), {"a": "ok"}, {}) == "go"
+    assert edges(job(("aftercorr", "a")), {"a": "failed"}, {}) == "a failed"
+
+
+def test_each_edge_in_sbatchs_form() -> None:
+    dependency = submitter._dependency
+    assert dependency("after", ["7"], 4) == "after:7_0"  # its first task started
+    assert dependency("after", ["7"], 1) == "after:7"
+    assert dependency("afterok", ["7", "9"], 5) == "afterok:7:9"  # every part
+    assert dependency("afterany", ["7"], 1) == "afterany:7"
+    # aftercorr pairs the parts of two jobs of as many tasks; a plain job (one task) waits
+    # afterok on its own part
+    assert dependency("aftercorr", ["7", "9"], 4, part=0, count=3) == "aftercorr:7"
+    assert dependency("aftercorr", ["7", "9"], 4, part=1, count=1) == "afterok:9"
 
 
 def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> None:
@@ -444,7 +453,8 @@ def test_the_local_executor_runs_the_same_jobs_as_processes(tmp_path: Path) -> N
     assert manifest.executor == "local"
     started = [line.split(":")[0] for line in done.stderr.splitlines()
                if line.startswith("started")]
-    # the plan's edges: train after bench started; eval and report afterok; stop afterany
+    # the plan's edges: train after bench started; eval aftercorr (here: afterok), report
+    # afterok; stop afterany
     assert started == ["started bench", "started train", "started eval", "started report",
                        "started stop"], done.stderr
     evaluated = json.loads((root / "eval" / "metrics.json").read_text())
@@ -484,6 +494,24 @@ def test_wait_names_the_failed_task_and_the_chain_ends(slurm_cluster: dict[str, 
     manifest = load_manifest(tmp_path / "tiny")
     states = job_states([manifest.job("eval").job_id])
     assert states and all(s not in ("PENDING", "RUNNING") for s in states.values()), states
+
+
+@pytest.mark.slurm
+def test_a_failed_training_ends_its_own_evaluation_and_no_other(slurm_cluster: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    """aftercorr: evaluation i waits for training i alone; the run whose training failed has
+    its evaluation ended by Slurm, the other run is evaluated all the same."""
+    missing = tmp_path / "no-such-model"
+    done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, "training.steps=1",
+                  f'sweep={{"model.path"=["tiny", "{missing}"]}}', "--wait")
+    assert done.exit_code == 1 and "task 1: FAILED" in done.stderr, done.stderr[-2000:]
+    manifest = load_manifest(tmp_path / "tiny")
+    good, bad = (Path(run.dir) for run in manifest.runs)
+    assert (good / "eval" / "metrics.json").is_file() and not (bad / "eval").exists()
+    evaluation = manifest.job("eval").job_id
+    states = job_states([evaluation])
+    assert states[f"{evaluation}_0"] == "COMPLETED", states
+    assert states[f"{evaluation}_1"] not in ("PENDING", "RUNNING", "COMPLETED"), states
 
 
 @pytest.mark.slurm
@@ -555,7 +583,9 @@ def test_an_array_larger_than_max_array_size_goes_out_in_parts(
     manifest = load_manifest(tmp_path / "tiny")
     train, evaluation = manifest.job("train"), manifest.job("eval")
     assert [(first, count) for _, first, count in train.parts] == [(0, 3), (3, 1)]
-    assert evaluation.dependency == "afterok:" + ":".join(train.ids())  # every part
+    # its first part (3 tasks) pairs with training's first, task by task
+    assert evaluation.dependency == f"aftercorr:{train.ids()[0]}"
+    assert manifest.job("report").dependency == "afterok:" + ":".join(evaluation.ids())
     # task 3 (the second part, a plain job of one task) trained the fourth run
     for seed in range(4):
         run_dir = tmp_path / "tiny" / f"seed-{seed}"

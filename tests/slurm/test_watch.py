@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from waiting import wait_until
 
 from hargo_hpc.config import JobResources
 from hargo_hpc.files import write_atomic
@@ -40,17 +41,10 @@ a line without a separator
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> object:
-    """Poll `condition` until it returns something true; fail naming `what` at the deadline
-    (with the cluster's queue: the local cluster is shared by every test session)."""
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            queue = subprocess.run(["squeue"], capture_output=True, text=True, timeout=30)
-            pytest.fail(f"not within {timeout:.0f}s: {what}\nsqueue:\n{queue.stdout}")
-        time.sleep(0.2)
+    """`wait_until` that shows the cluster's queue when it fails (the local cluster is shared
+    by every test session)."""
+    return wait_until(condition, timeout, what, context=lambda: "squeue:\n" + subprocess.run(
+        ["squeue"], capture_output=True, text=True, timeout=30).stdout)
 
 
 # ---------------------------------------------------------------- parsing

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import wait_until
 
 from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.handoff.status import live_workers
 from hargo_hpc.tasks.base import Example
 from hargo_hpc.tasks.corpus import load_corpus
 from hargo_hpc.tasks.data import load_examples
@@ -261,6 +264,22 @@ def test_no_process_is_left_after_exit_even_when_the_body_raises(tmp_path: Path)
     assert worker_group_members(pids) == []
     assert (tmp_path / "handoff" / "STOP").is_file()  # stopped by the sentinel
     workers.stop()  # a second stop is a no-op
+
+
+@pytest.mark.timeout(60)
+def test_local_workers_refuse_a_handoff_that_live_workers_serve(tmp_path: Path) -> None:
+    """Someone else's live workers (a submission's bench array, evaluated by hand) on the
+    handoff: starting local ones is refused, and their stop sentinel is never written."""
+    handoff = tmp_path / "handoff"
+    with LocalWorkers(handoff, 1, handoff=fast_handoff()) as array:
+        wait_until(lambda: live_workers(handoff), 30, "the first worker's heartbeat")
+        second = LocalWorkers(handoff, 1, handoff=fast_handoff())
+        with pytest.raises(HandoffError, match=r"served by 1 live worker\(s\) already .*"
+                           r"--local-workers 0") as refused:
+            second.start()
+        assert "\n" not in str(refused.value) and second.pids == []
+        assert not (handoff / "STOP").exists() and array.alive() == 1
+    assert (handoff / "STOP").is_file()  # the first one's own stop, at its end
 
 
 @pytest.mark.timeout(60)

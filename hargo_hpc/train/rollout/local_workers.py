@@ -16,6 +16,10 @@ handoff's stop sentinel (the worker releases its claims and exits at its next lo
 to the worker's process group (it releases its claims too), SIGKILL. Then whatever the workers
 started and left behind is killed, and every worker is reaped: no process is left.
 
+Local workers never join a handoff that live workers of someone else serve (a submission's
+bench array, when a run of it is evaluated by hand): `start` refuses, as the stop sentinel at
+the end would stop those too.
+
 A worker that exits before `stop` is an error (`WorkerDied`, one line naming the worker, its
 exit status, the last line of its log and the log's path): `check()` raises it. The loop that
 starts the workers (`train.loop`, `eval.evaluate`) owns them and hands `check` to the reward
@@ -45,6 +49,7 @@ import tomli_w
 from hargo_hpc.errors import HargoError
 from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
+from hargo_hpc.handoff.status import live_workers
 from hargo_hpc.handoff.trainer import Trainer
 
 log = logging.getLogger("hargo_hpc.train.rollout.local_workers")
@@ -167,6 +172,13 @@ class LocalWorkers:
         except OSError as err:
             raise HandoffError(f"local workers: cannot create {err.filename}: "
                                f"{err.strerror}") from None  # fmt: skip
+        others = live_workers(self.handoff_dir)
+        if others:  # a submission's bench array: the stop sentinel at our end would end it
+            raise HandoffError(
+                f"local workers: {self.handoff_dir} is served by {len(others)} live worker(s) "
+                f"already ({', '.join(w.worker_id for w in others[:3])}), a submission's bench "
+                "array perhaps, which this run's stop sentinel would end: start no local "
+                "workers (--local-workers 0); they serve it")
         trainer = Trainer(self.handoff_dir, self.handoff, progress=False)
         trainer.clear_stop()  # left by an earlier run: it would stop the new workers at once
         argv = [sys.executable, "-c", BOOTSTRAP, str(os.getpid()), *self._worker_argv()]
