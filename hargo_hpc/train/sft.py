@@ -3,7 +3,8 @@
 The papers start RL from an SFT model; a small model writes no compilable kernel without one.
 Data: each text task's reference answers (`Example.output`, HPC-GPT's outputs) for its training
 examples; for a task whose data has no answers, its SFT corpus (`Task.sft_corpus`; GEMM's is
-`tasks.corpus.sft_examples`: every shipped kernel for every problem). One row is
+`tasks.corpus.sft_examples`: every shipped kernel for every problem), of which the warm start
+keeps the answers that fit the task's generation budget (`fitting`). One row is
 
     prompt = build_prompt(user text, data.prompt_format, tokenizer)
     target = tokens(answer)[: max_target_tokens] + [EOS]     (EOS kept only when not cut)
@@ -64,6 +65,16 @@ def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
     if not items:
         raise ValueError(f"task {task.name}: no example with a reference answer to train on")
     return items
+
+
+def fitting(items: Sequence[SftItem], tokenizer: Any, max_tokens: int) -> list[SftItem]:
+    """The rows whose answer and EOS fit in `max_tokens` tokens (its task's generation budget,
+    `config.generation_budget`): longer, the target is cut there (`sft_batch`), and a
+    corpus answer cut short, a program without its end, never compiles."""
+    if not items:
+        return []
+    ids = tokenizer([item.target for item in items], add_special_tokens=False)["input_ids"]
+    return [item for item, tokens in zip(items, ids, strict=True) if len(tokens) < max_tokens]
 
 
 def has_target(example: Example) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from hargo_hpc.config import ExperimentConfig, save_resolved
+from hargo_hpc.config import ExperimentConfig, generation_budget, save_resolved
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.train import metrics as m
@@ -48,6 +48,7 @@ from hargo_hpc.train.sft import (
     SftItem,
     SftSampler,
     build_sft_batch,
+    fitting,
     sft_items,
     sft_update,
     split,
@@ -55,12 +56,29 @@ from hargo_hpc.train.sft import (
 from hargo_hpc.train.updates import training_mode
 
 
-def sft_data(data: Data) -> list[SftItem]:
-    """Every task's SFT rows (reference answers; GEMM's corpus) over the training split."""
+def sft_data(data: Data, config: ExperimentConfig, tokenizer: Any, log: Log) -> list[SftItem]:
+    """Every task's SFT rows (reference answers; GEMM's corpus) over the training split. Of a
+    corpus, only the answers that fit the task's generation budget (`sft.fitting`): a corpus
+    answer is a whole program, which the rollout, cut at that budget, could never finish (with
+    the tiny model's tokenizer 30 of GEMM's 46 kernels are over 320 tokens; a warm start taught
+    them sampled kernels cut short, 83 of 96 compile errors). When none fits (a pipeline check
+    with a few tokens), all are kept, cut short, and a warning says so."""
     items: list[SftItem] = []
     try:
         for name, examples in data.train.items():
-            items.extend(sft_items(data.tasks[name], examples))
+            task, rows = data.tasks[name], sft_items(data.tasks[name], examples)
+            if task.sft_corpus:
+                budget = generation_budget(config.data.spec(name), config.rollout).max_new_tokens
+                kept = fitting(rows, tokenizer, budget)
+                if not kept:
+                    log(f"warning: {name}: no answer of its SFT corpus fits its {budget}-token "
+                        "generation budget; SFT on them cut short (sampled, such a kernel never "
+                        "compiles: raise rollout.max_new_tokens or the task's max_new_tokens)")
+                elif len(kept) < len(rows):
+                    log(f"{name}: SFT on {len(kept)} of {len(rows)} corpus rows, those whose "
+                        f"answer fits the {budget}-token generation budget")
+                    rows = kept
+            items.extend(rows)
     except ValueError as err:
         raise TrainError(str(err)) from None
     return items
@@ -71,7 +89,8 @@ def warm_start(ctx: RunContext, data: Data, path: Path, steps: int, stop: StopSi
     """`steps` SFT optimizer steps (sft.steps) before RL, logged to `path`; the engine's
     schedule runs them at sft.lr (`build_run_engine`). Whether all ran (False: stopped, the
     same answer on every rank)."""
-    done, _ = sft_loop(ctx.engine, ctx.tokenizer, ctx.prompt_format, sft_data(data),
+    done, _ = sft_loop(ctx.engine, ctx.tokenizer, ctx.prompt_format,
+                       sft_data(data, ctx.config, ctx.tokenizer, log),
                        seed=ctx.config.run.seed, steps=steps, accum=ctx.accum,
                        micro_batch_size=ctx.config.training.micro_batch_size,
                        max_target_tokens=ctx.config.rollout.max_new_tokens, path=path,
@@ -167,7 +186,7 @@ def _sft_run(config: ExperimentConfig, accum: int, *, resume: bool, log: Log,
     data = load_data(config, log)
     policy, tokenizer, _ = load_models(config, needs_reference=False)
     prompt_format = prompt_format_of(config, tokenizer)
-    items = sft_data(data)
+    items = sft_data(data, config, tokenizer, log)
     main = distributed.is_main()
     if main:
         save_resolved(config, paths.root)

@@ -26,6 +26,7 @@ from hargo_hpc.train.sft import (
     SftItem,
     SftSampler,
     build_sft_batch,
+    fitting,
     sft_batch,
     sft_items,
     sft_update,
@@ -84,6 +85,23 @@ def test_gemm_rows_come_from_the_corpus() -> None:
     kernels = load_corpus()
     assert len(items) == len(problems) * len(kernels)
     assert items[0].target == kernels[0].completion and "void gemm(" in items[0].target
+
+
+def test_the_warm_start_keeps_the_corpus_answers_that_fit_the_budget() -> None:
+    """A corpus answer cut at the generation budget is a program without its end: `fitting`
+    keeps the rows whose answer and EOS fit."""
+    _, tok = load_policy("tiny")
+    task = Gemm()
+    items = sft_items(task, task.load_problems()[:1])
+    lengths = [len(tok(item.target, add_special_tokens=False)["input_ids"]) for item in items]
+    budget = sorted(lengths)[len(lengths) // 2]  # the median answer's tokens
+    kept = fitting(items, tok, budget)
+    assert kept == [item for item, n in zip(items, lengths, strict=True) if n + 1 <= budget]
+    assert 0 < len(kept) < len(items)
+    shortest = min(lengths)
+    assert fitting(items, tok, shortest) == []  # the shortest answer fits, but not its EOS
+    assert fitting(items, tok, shortest + 1) == [
+        item for item, n in zip(items, lengths, strict=True) if n == shortest]
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
@@ -171,6 +189,9 @@ def test_hargo_sft_on_the_gemm_corpus_teaches_the_signature(tmp_path: Path) -> N
     assert done.exit_code == 0, done.output
     lines = done.stdout.splitlines()
     assert lines[0].startswith("sft step 1/300  loss ")
+    # 96 tokens hold no whole kernel (the shortest has 187): all are kept, cut, and said so
+    assert ("warning: gemm: no answer of its SFT corpus fits its 96-token generation budget; "
+            "SFT on them cut short") in done.stderr
     out = tmp_path / "gemm-sft" / "sft"
     assert lines[-2:] == [f"metrics: {out / 'metrics.jsonl'}", f"export: {out / 'export'}"]
     records = m.read_records(out / "metrics.jsonl")
