@@ -167,8 +167,9 @@ def _sft_run(config: ExperimentConfig, accum: int, *, resume: bool, log: Log,
     paths = RunLayout(config.run_dir()).sft
     config_hash = ckpt.config_hash(config.to_toml())
     finished = paths.finished.is_file()
-    taken = finished or paths.metrics.is_file()
     checkpoint = ckpt.latest_checkpoint(paths.checkpoints)
+    # a checkpoint alone counts too (written by a run stopped as its directory was removed)
+    taken = finished or paths.metrics.is_file() or checkpoint is not None
     distributed.barrier()  # every rank has looked at the directory before rank 0 writes to it
     if finished and resume:
         done = json.loads(paths.finished.read_text())

@@ -269,6 +269,12 @@ def test_a_stopped_sft_resumes_to_the_end_of_an_uninterrupted_one(tmp_path: Path
     assert not layout.finished.exists() and not layout.export.exists()
     refused = CliRunner().invoke(main, ["sft", str(tmp_path / "cut" / "sft" / "config.toml")])
     assert refused.exit_code == 2 and "--resume" in refused.stderr
+    # a checkpoint without its metrics (the directory removed as the run wrote its checkpoint
+    # on the way out) is taken as well: nothing resumes without --resume
+    aside = layout.metrics.rename(layout.metrics.with_suffix(".aside"))
+    with pytest.raises(loop.TrainError, match="holds an SFT run already"):
+        loop.sft_run(cfg("cut"), log=quiet)
+    aside.rename(layout.metrics)
     resumed = loop.sft_run(cfg("cut"), resume=True, log=quiet)
     assert not resumed.interrupted and resumed.step == 4
     keys = ("step", "loss", "nll", "tokens", "sequences", "grad_norm", "learning_rate")
