@@ -138,7 +138,8 @@ def _submit_slurm(plan: Plan, limit: int, log: Log) -> Manifest:
             entry.job_id = ids[job.name][0]
             shown = ", ".join(ids[job.name])
             log(f"submitted {job.name}: job {shown} ({job.tasks} task(s) on "
-                f"{job.resources.partition}{', ' + dependency if dependency else ''})")
+                f"{job.resources.partition}"
+                f"{', ' + entry.dependency if entry.dependency else ''})")
     except Exception as err:
         if ids:
             every = [job_id for part in ids.values() for job_id in part]
