@@ -48,6 +48,7 @@ from hargo_hpc.errors import HargoError
 
 EXIT_REQUEUE = 75  # the trainer's exit status after a stop with a checkpoint (train.run)
 RELEASE_S = 20.0  # how long a stopped command may take to let go before SIGKILL
+STOP_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM})  # the trainer's
 MARGIN_S = 10.0  # of the signal's lead, kept for submitit's requeue and exit
 POLL_S = 0.1
 
@@ -154,12 +155,17 @@ class Resumable(HargoCommand, submitit.helpers.Checkpointable):
         if child is not None and child.returncode is None:
             self.checkpointed = self._stop(child, max(self.lead_s - MARGIN_S, 1.0))
             status = child.returncode
+            # killed by a stop signal: past its handlers (finishing, or not yet started: Slurm
+            # signals every process of the step); --resume continues from its last checkpoint
+            # (or ends at once when the run had finished)
+            stopped = status is not None and -status in STOP_SIGNALS
             said = ("checkpoint written" if status == EXIT_REQUEUE
                     else "no checkpoint within the lead; killed" if not self.checkpointed
-                    else f"exited {status}")
+                    else f"ended by {signal.Signals(-status).name}, outside its handler"
+                    if stopped else f"exited {status}")
             print(f"hargo: stopped for requeue after {time.monotonic() - started:.0f} s: "
                   f"{said}", flush=True)
-            if self.checkpointed and status not in (EXIT_REQUEUE, 0):
+            if self.checkpointed and status not in (EXIT_REQUEUE, 0) and not stopped:
                 raise CommandFailed(f"{' '.join(self.command())} exited with status {status} "
                                     "while stopping for a requeue")
         # exit 0 (it finished meanwhile): the requeued task's --resume ends at once

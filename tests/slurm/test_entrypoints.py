@@ -113,6 +113,18 @@ def test_a_command_that_does_not_stop_within_the_lead_is_killed_and_requeued(
     assert isinstance(again.function, Resumable)  # resumes from its previous checkpoint
 
 
+def test_a_command_ended_by_the_stop_signal_itself_is_requeued(tmp_path: Path) -> None:
+    """Slurm signals every process of the step: a trainer past its handlers (its last step
+    done, exiting) dies of the signal. That is a stop, not a crash: requeued, and its --resume
+    ends at once (a suite run failed here before)."""
+    unguarded = TRAINER_DOUBLE.format(status=0, handler="signal.SIG_DFL")
+    entry = Resumable([sys.executable, "-c", unguarded, str(tmp_path)], lead_s=30)
+    again, took = run_as_submitit_would(entry, tmp_path / "ready")
+    assert entry._child is not None and entry._child.returncode == -signal.SIGUSR1
+    assert entry.checkpointed is True and took < 20
+    assert isinstance(again.function, Resumable)
+
+
 def test_a_command_that_crashes_while_stopping_fails_the_task(tmp_path: Path) -> None:
     crashing = TRAINER_DOUBLE.format(status=1, handler="stop")
     entry = Resumable([sys.executable, "-c", crashing, str(tmp_path)], lead_s=30)
