@@ -15,8 +15,7 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
             run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); afterok:sft
             when there is one (not idle through the warm start); their idle clock starts at
             the handoff's first step (--idle-from-first-step), so a training queued for long
-            finds them up; the stop job ends them. Requeued (--requeue) when their node
-            fails: a worker holds no state, its claims are taken over when its lease lapses
+            finds them up; the stop job ends them
     train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
             afterok:sft when there is one, and `after` the first worker started when there
             are workers: the bench is up before training first waits for it (a worker queued
@@ -203,8 +202,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                   str(runs[0].config_file), "--max-idle", f"{config.handoff.worker_max_idle_s:g}",
                   "--idle-from-first-step", "--threads", "1"]
         jobs.append(PlannedJob("bench", "bench_worker.sh.j2", slurm.bench,
-                               [worker] * config.handoff.workers, requeue=True,
-                               after=after_sft))
+                               [worker] * config.handoff.workers, after=after_sft))
     jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
                            [[*hargo, "train", str(r.config_file)] for r in runs],
                            to_steps=True, requeue=True, resumable=True,
