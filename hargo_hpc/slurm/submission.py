@@ -103,8 +103,7 @@ class PlannedJob:
     commands: list[list[str]]
     after: list[tuple[str, str]] = field(default_factory=list)
     to_steps: bool = False
-    requeue: bool = False  # sbatch --requeue: Slurm requeues a task its node failed under
-    resumable: bool = False  # checkpoint-and-requeue entry points (`entrypoints.Resumable`)
+    requeue: bool = False  # checkpoint-and-requeue (`entrypoints.Resumable`, sbatch --requeue)
     variables: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -194,7 +193,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         jobs.append(PlannedJob("sft", "sft.sh.j2", slurm.train,
                                [[*hargo, "sft", str(r.sft_config_file)]
                                 for r in runs if r.sft_config_file is not None],
-                               to_steps=True, requeue=True, resumable=True,
+                               to_steps=True, requeue=True,
                                variables={"max_requeues": slurm.train.max_requeues}))
     after_sft: list[tuple[str, str]] = [("afterok", "sft")] if config.sft.steps else []
     if handoff_dir is not None:  # workers first: training starts once one of them has
@@ -205,7 +204,7 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
                                [worker] * config.handoff.workers, after=after_sft))
     jobs.append(PlannedJob("train", "train.sh.j2", slurm.train,
                            [[*hargo, "train", str(r.config_file)] for r in runs],
-                           to_steps=True, requeue=True, resumable=True,
+                           to_steps=True, requeue=True,
                            variables={"max_requeues": slurm.train.max_requeues},
                            after=after_sft + ([("after", "bench")] if handoff_dir else [])))
     jobs.append(PlannedJob("eval", "eval.sh.j2", slurm.eval,

@@ -60,7 +60,7 @@ def entry_points(plan: Plan, job: PlannedJob, env: dict[str, str] | None = None
     """One callable per task of `job`: the sft and train tasks resumable (submitit's
     checkpoint-and-requeue, on every rank), the others plain commands run by rank 0 alone
     (as their batch scripts run them once)."""
-    if job.resumable:
+    if job.requeue:
         return [Resumable(argv, env, job.resources.signal_lead_s) for argv in job.commands]
     return [HargoCommand(argv, env, once=True) for argv in job.commands]
 

@@ -66,7 +66,8 @@ def sft_data(data: Data, config: ExperimentConfig, tokenizer: Any, log: Log) -> 
     items: list[SftItem] = []
     try:
         for name, examples in data.train.items():
-            task, rows = data.tasks[name], sft_items(data.tasks[name], examples)
+            task = data.tasks[name]
+            rows = sft_items(task, examples)
             if task.sft_corpus:
                 budget = generation_budget(config.data.spec(name), config.rollout).max_new_tokens
                 kept = fitting(rows, tokenizer, budget)

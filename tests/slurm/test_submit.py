@@ -80,7 +80,6 @@ def test_a_sweep_with_gemm_plans_one_worker_array_for_every_run(tmp_path: Path) 
     # only sft and train requeue and checkpoint themselves (workers: Slurm's JobRequeue
     # default; an explicit --requeue left a cut-off node's worker "launch failed requeued held")
     assert [j.name for j in plan.jobs if j.requeue] == ["train"]
-    assert [j.name for j in plan.jobs if j.resumable] == ["train"]
     assert plan.root == root and plan.handoff_dir == root / "handoff"
     assert [(r.label, r.dir, r.config.algorithm.name) for r in plan.runs] == [
         ("name-grpo", root / "name-grpo", "grpo"), ("name-hargo", root / "name-hargo", "hargo")]
