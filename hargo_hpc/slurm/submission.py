@@ -27,9 +27,7 @@ submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
     report  afterok:eval, `hargo report <every run> -o <root>/report`: the method table,
             plots and HTML page of the submission, on [slurm.bench]'s partition, one CPU
     stop    afterany:train and afterany:eval, writes the handoff's stop sentinel (the workers
-            exit); an evaluation cancelled for a failed training counts as ended. One CPU on
-            [slurm.bench]'s or [slurm.eval]'s partition, whichever has one first (the workers
-            may fill the bench partition until they idle out)
+            exit); an evaluation cancelled for a failed training counts as ended
 
 Every job's command is built here, once (`PlannedJob.commands`, one argv per array task): the
 batch templates (`hargo render`) select theirs by `SLURM_ARRAY_TASK_ID`; `submitter` hands
@@ -216,11 +214,8 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         [[*hargo, "report", *(str(r.dir) for r in runs), "-o", str(root / REPORT)]],
         after=[("afterok", "eval")]))
     if handoff_dir is not None:  # after training and its evaluation (GEMM's bench too)
-        # on whichever partition frees a CPU first: the workers may fill the bench one
-        partitions = dict.fromkeys([slurm.bench.partition, slurm.eval.partition])
         jobs.append(PlannedJob("stop", "stop.sh.j2", slurm.bench.model_copy(update={
-            "partition": ",".join(partitions), "array_parallelism": 0, "time": "00:05:00",
-            "cpus_per_task": 1}),
+            "array_parallelism": 0, "time": "00:05:00", "cpus_per_task": 1}),
             [[*hargo, "handoff", "stop", str(handoff_dir), "--reason",
               "training and evaluation ended"]],
             after=[("afterany", "train"), ("afterany", "eval")]))

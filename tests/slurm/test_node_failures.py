@@ -452,7 +452,7 @@ def submission_ends(gemm: Gemm) -> None:
     train, stop = manifest.job("train").job_id, manifest.job("stop").job_id
     assert wait_until(lambda: ended(train), 300, f"training {train} to end") == "COMPLETED", \
         logs(manifest, "train")
-    # the stop job takes a CPU of a gpu node while the workers fill the cpu nodes
+    # the workers idle out (IDLE_S) before the stop job gets a CPU of the cpu nodes
     assert wait_until(lambda: ended(stop), 300, f"stop job {stop} to end") == "COMPLETED", \
         logs(manifest, "stop")
     wait_until(lambda: all_ended(manifest), 120, "every job of the submission to end")
