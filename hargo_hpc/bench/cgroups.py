@@ -8,6 +8,10 @@ unscored infra_error for a bad kernel). The
 group is created below the worker's own group in each hierarchy (so a Slurm job's limits still
 hold), the run's first process enters it before its exec, and it is emptied and removed after.
 
+A run's group is named for its worker (`stale.owned_prefix`: pid and host). A worker killed
+mid-run cannot remove its group; the next group created beside it removes it (`sweep_stale`),
+with whatever the dead worker left running in it.
+
 cgroup v2 (one unified hierarchy, `cgroup.controllers` at its root) and v1 (one hierarchy per
 controller, as on these machines) are both supported. Without permission to create groups (an
 ordinary user without delegation) there is none: the record's `sandbox_unavailable` says so and
@@ -25,6 +29,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from hargo_hpc.bench.stale import is_stale
 
 ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("pids", "cpuset")
@@ -71,6 +77,18 @@ def _pids(directory: Path) -> list[int]:
         return []
 
 
+def sweep_stale(parent: Path, version: int) -> list[Path]:
+    """Remove the run groups in `parent` left by a dead worker of this host (`stale.is_stale`),
+    killing what is left in them; returns them."""
+    try:
+        found = [d for d in parent.iterdir() if is_stale(d.name) and d.is_dir()]
+    except OSError:
+        return []
+    for directory in found:
+        RunCgroup([directory], version).remove(timeout_s=1.0)
+    return found
+
+
 def _own_path(controller: str) -> str | None:
     """This process's group in hierarchy `controller` ('' for v2), from /proc/self/cgroup."""
     try:
@@ -113,7 +131,9 @@ def _create_v1(name: str, pids_max: int) -> RunCgroup:
             own = _own_path(controller)
             if own is None:
                 raise OSError(0, f"this process has no {controller} group")
-            directory = ROOT / controller / own.lstrip("/") / name
+            parent = ROOT / controller / own.lstrip("/")
+            sweep_stale(parent, 1)
+            directory = parent / name
             directory.mkdir()
             made.append(directory)
             if controller == "pids":
@@ -136,6 +156,7 @@ def _create_v2(name: str, pids_max: int) -> RunCgroup:
     missing = {"pids", "cpuset"} - enabled
     if missing:
         raise OSError(0, f"controllers {', '.join(sorted(missing))} not delegated to {parent}")
+    sweep_stale(parent, 2)
     directory = parent / name
     directory.mkdir()
     group = RunCgroup([directory], 2)

@@ -51,6 +51,7 @@ from hargo_hpc.bench.result import (
 )
 from hargo_hpc.bench.sandbox import Limits, base_env, run_sandboxed, sandbox_ids
 from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.bench.stale import owned_prefix, sweep_scratch
 from hargo_hpc.bench.techniques import detect_techniques, normalise_forbidden
 from hargo_hpc.bench.uids import leased_uid
 from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
@@ -221,11 +222,12 @@ def _execute(judge: Path, build: Build, ref: Reference, p: Problem, settings: Be
                     address_space_mb=settings.memory_limit_mb, processes=settings.max_processes,
                     file_size_bytes=JUDGE_FILE_SIZE,  # its memfds; it lowers the kernel's limit
                     open_files=32, stack_mb=8)  # fmt: skip
-    workdir = tempfile.mkdtemp(prefix="hargo-run-")
+    sweep_scratch(tempfile.gettempdir())  # a killed worker's runs (stale.py)
+    workdir = tempfile.mkdtemp(prefix=owned_prefix())
     try:
         # pids: the judge's, the reference's and the kernel's threads; cpuset: the worker's CPUs
-        group_name = f"hargo-run-{os.getpid()}-{os.path.basename(workdir)}"
-        with run_cgroup(group_name, pids_max=settings.max_processes + 64) as (group, no_group):
+        with run_cgroup(os.path.basename(workdir),
+                        pids_max=settings.max_processes + 64) as (group, no_group):
             out = run_sandboxed(args.to_argv(judge), workdir, limits,
                                 _run_env(workdir, args.threads, settings, ref), ids=None,
                                 channel_fd=True, output_cap=settings.output_cap_bytes,

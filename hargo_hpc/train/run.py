@@ -96,7 +96,8 @@ class RunContext:
         return UpdateContext(
             self.engine, self.algorithm, self.config.training.num_iterations, self.opt_steps,
             self.accum, self.sampling.temperature, self.config.rollout.max_new_tokens,
-            self.tokenizer, self.prompt_format, self.user_text)
+            self.tokenizer, self.prompt_format, self.user_text,
+            {task: sampling.max_new_tokens for task, sampling in self.budgets.items()})
 
     def prompt_of(self, example: Example, stage: StageSpec | None) -> str:
         """The templated prompt; a GEMM problem's at its SQD `stage` states its techniques."""

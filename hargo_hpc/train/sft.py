@@ -7,7 +7,10 @@ examples; for a task whose data has no answers, its SFT corpus (`Task.sft_corpus
 keeps the answers that fit the task's generation budget (`fitting`). One row is
 
     prompt = build_prompt(user text, data.prompt_format, tokenizer)
-    target = tokens(answer)[: max_target_tokens] + [EOS]     (EOS kept only when not cut)
+    target = tokens(answer)[: budget(task)] + [EOS]     (EOS kept only when not cut)
+
+(budget(task): the task's generation budget, `config.generation_budget`: a target longer than
+the rollout may sample is cut where a sampled completion would be.)
 
 laid out as the rollout lays out a completion (left-padded prompt, right-padded target), so
 `logprobs.token_logprobs` scores it and
@@ -91,19 +94,24 @@ def _corpus_of(example: Example) -> str:
         return ""
 
 
-def preset_item(example: Example, user_text: str) -> SftItem:
+def preset_item(example: Example, user_text: str, *, tokenizer: Any = None,
+                max_tokens: int | None = None) -> SftItem:
     """The `sft` preset's row for one prompt: its reference answer, or, for a task with a
     corpus instead (GEMM), one of the corpus's completions for it, picked by crc32 of the
-    example's id (the same every step and run). ValueError when it has neither (`has_target`;
-    `train.setup.check_references` refuses such data before the first step)."""
+    example's id (the same every step and run) among those that fit `max_tokens` tokens of
+    `tokenizer` (`fitting`, as the warm start keeps them; all when none fits or no tokenizer is
+    given). ValueError when it has neither (`has_target`; `train.setup.check_references`
+    refuses such data before the first step)."""
     if not has_target(example):
         raise ValueError(f"example {example.id}: no reference answer, and task {example.task} "
                          "has no SFT corpus")
     if example.output:
         return SftItem(example.task, user_text, example.output)
-    pairs = _corpus(_corpus_of(example))([example])
-    text, answer = pairs[zlib.crc32(example.id.encode()) % len(pairs)]
-    return SftItem(example.task, text, answer)
+    items = [SftItem(example.task, text, answer)
+             for text, answer in _corpus(_corpus_of(example))([example])]
+    if tokenizer is not None and max_tokens is not None:
+        items = fitting(items, tokenizer, max_tokens) or items
+    return items[zlib.crc32(example.id.encode()) % len(items)]
 
 
 class SftSampler:
@@ -164,20 +172,25 @@ class SftBatch:
 
 def sft_batch(
     tokenizer: Any, prompts: Sequence[str], targets: Sequence[str], *,
-    max_target_tokens: int, device: torch.device,
+    max_target_tokens: int | Sequence[int], device: torch.device,
 ) -> SftBatch:
     """Tokenize (no added special tokens: prompts arrive templated), left-pad the prompts,
-    right-pad the targets (each cut to `max_target_tokens`, EOS appended when it fits)."""
+    right-pad the targets (each cut to `max_target_tokens`, one for all or one per target, EOS
+    appended when it fits)."""
     if len(prompts) != len(targets) or not prompts:
         raise ValueError(f"{len(prompts)} prompts for {len(targets)} targets")
+    limits = ([max_target_tokens] * len(targets) if isinstance(max_target_tokens, int)
+              else list(max_target_tokens))
+    if len(limits) != len(targets):
+        raise ValueError(f"{len(limits)} target limits for {len(targets)} targets")
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     prompt_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     target_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
     rows = []
-    for ids in target_ids:
-        ids = list(ids)[:max_target_tokens]
-        if eos is not None and len(ids) < max_target_tokens:
+    for ids, limit in zip(target_ids, limits, strict=True):
+        ids = list(ids)[:limit]
+        if eos is not None and len(ids) < limit:
             ids.append(int(eos))
         rows.append(ids or [int(eos if eos is not None else pad)])
     width_p = max(len(p) for p in prompt_ids)
@@ -193,10 +206,14 @@ def sft_batch(
 
 
 def build_sft_batch(items: Sequence[SftItem], tokenizer: Any, prompt_format: str, *,
-                    max_target_tokens: int, device: torch.device) -> SftBatch:
+                    max_target_tokens: int, device: torch.device,
+                    budgets: Mapping[str, int] | None = None) -> SftBatch:
+    """`sft_batch` of templated rows; each target cut at its task's budget in `budgets`
+    (`max_target_tokens` for a task not in it)."""
     prompts = [build_prompt(item.user_text, prompt_format, tokenizer) for item in items]
+    limits = [(budgets or {}).get(item.task, max_target_tokens) for item in items]
     return sft_batch(tokenizer, prompts, [item.target for item in items],
-                     max_target_tokens=max_target_tokens, device=device)
+                     max_target_tokens=limits, device=device)
 
 
 def split(items: Sequence[Any], parts: int) -> list[list[Any]]:

@@ -60,6 +60,7 @@ class UpdateContext:
     tokenizer: Any
     prompt_format: str
     user_text: Callable[[Example], str]
+    budgets: Mapping[str, int]  # each task's generation budget in tokens (its own max_new_tokens)
 
 
 @dataclass
@@ -229,11 +230,14 @@ def dpo_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
 
 def sft_preset_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
     """The `sft` preset: supervised steps on the reference answers of the step's prompts (a
-    GEMM prompt: one of its corpus kernels, `sft.preset_item`); the rollout is still sampled
+    GEMM prompt: one of its corpus kernels that fit its budget, `sft.preset_item`; each target
+    cut at its task's budget, as a sampled completion is); the rollout is still sampled
     and rewarded, for metrics comparable with the RL methods."""
     engine = run.engine
-    items = [preset_item(e, run.user_text(e)) for e in batch.examples]
-    full = build_sft_batch(items, run.tokenizer, run.prompt_format,
+    items = [preset_item(e, run.user_text(e), tokenizer=run.tokenizer,
+                         max_tokens=run.budgets.get(e.task, run.max_new_tokens))
+             for e in batch.examples]
+    full = build_sft_batch(items, run.tokenizer, run.prompt_format, budgets=run.budgets,
                            max_target_tokens=run.max_new_tokens,
                            device=batch.input_ids.device)
     grad_norms: list[float] = []

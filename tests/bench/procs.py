@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from hargo_hpc.bench.settings import BenchSettings
@@ -30,3 +31,14 @@ def sandbox_processes() -> list[str]:
         if uid in uids and "State:\tZ" not in text:
             found.append(text.splitlines()[0])
     return found
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (checked: not reused since)."""
+    while True:
+        child = subprocess.Popen(["true"])
+        child.wait()
+        try:
+            os.kill(child.pid, 0)
+        except ProcessLookupError:
+            return child.pid

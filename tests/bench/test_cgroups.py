@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
 from hargo_hpc.bench import cgroups, run_request
 from hargo_hpc.bench.reference import kernel_source
+from hargo_hpc.bench.stale import owned_prefix
+
+from .procs import dead_pid
 
 
 def test_a_run_group_confines_its_processes_and_is_removed(tmp_path: Path) -> None:
@@ -31,6 +35,35 @@ def test_a_run_group_confines_its_processes_and_is_removed(tmp_path: Path) -> No
         assert allowed == set(os.sched_getaffinity(0))
         dirs = list(group.dirs)
     assert not any(d.exists() for d in dirs)
+
+
+def test_a_dead_workers_group_is_removed_with_what_it_left_running() -> None:
+    """A worker killed mid-run leaves its group and the run's process in it; the next group
+    created beside it removes both. A live worker's group and another host's are left."""
+    host, dead = socket.gethostname(), dead_pid()
+    names = {"live": f"{owned_prefix()}b", "elsewhere": f"hargo-run-{dead}@not-{host}-c",
+             "stale": f"hargo-run-{dead}@{host}-a"}  # last: creating a group sweeps it
+    groups: dict[str, cgroups.RunCgroup] = {}
+    sleeper = None
+    try:
+        for key, name in names.items():
+            group, why = cgroups.create(name, pids_max=8)
+            if group is None:  # only without root: then the reason must say why
+                assert os.geteuid() != 0, why
+                return
+            groups[key] = group
+        sleeper = subprocess.Popen(["sleep", "600"], preexec_fn=groups["stale"].enter)
+        with cgroups.run_cgroup(f"{owned_prefix()}d", pids_max=8) as (group, _):
+            assert group is not None
+        assert sleeper.wait(timeout=10) == -9  # killed by the sweep
+        assert not any(d.exists() for d in groups["stale"].dirs)
+        assert all(d.is_dir() for key in ("live", "elsewhere") for d in groups[key].dirs)
+    finally:
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+        for group in groups.values():
+            group.remove()
 
 
 def _expand(part: str) -> range:

@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -359,21 +360,27 @@ def test_a_training_node_killed_mid_run_is_requeued_and_resumes_to_the_straight_
 
 
 @pytest.fixture(scope="module")
-def slow_bench(cluster: Cluster) -> Path:
-    """A `slurm.python` that runs the workers with the delayed real bench (SLOW_BENCH)."""
+def slow_bench(cluster: Cluster) -> Iterator[Path]:
+    """A `slurm.python` that runs the workers with the delayed real bench (SLOW_BENCH), their
+    temporary files in a directory of this module's (a worker killed mid-run leaves its run's;
+    world-traversable, as the sandbox user needs), removed at the end."""
     double = cluster.work / "double"
     double.mkdir(exist_ok=True)
     (double / "slow_bench.py").write_text(SLOW_BENCH)
+    scratch = Path(tempfile.mkdtemp(prefix="hargo-node-failures-"))
+    scratch.chmod(0o755)
     wrapper = double / "python"
     wrapper.write_text(
         "#!/bin/bash\n"
         f"export PYTHONPATH={double}${{PYTHONPATH:+:$PYTHONPATH}} HARGO_TEST_BENCH_S={BENCH_S}\n"
+        f"export TMPDIR={scratch}\n"
         'if [ "$1 $2 $3" = "-m hargo_hpc worker" ]; then\n'
         f'    exec {PY} "$@" --workload slow_bench:run\n'
         "fi\n"
         f'exec {PY} "$@"\n')
     wrapper.chmod(0o755)
-    return wrapper
+    yield wrapper
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 @dataclass

@@ -57,6 +57,37 @@ def test_rows_are_laid_out_like_a_rollout() -> None:
     assert tok.eos_token_id not in cut.input_ids[0, cut.completion_start:].tolist()
 
 
+def test_each_target_is_cut_at_its_own_tasks_budget() -> None:
+    """`build_sft_batch` cuts a target at its task's budget (`budgets`), the default for a task
+    not in it; a target within its budget keeps its EOS."""
+    _, tok = load_policy("tiny")
+    answer = "word " * 30
+    n = len(tok(answer, add_special_tokens=False)["input_ids"])
+    assert n > 12
+    items = [SftItem("short", "Q?", answer), SftItem("long", "Q?", answer),
+             SftItem("other", "Q?", answer)]
+    batch = build_sft_batch(items, tok, "alpaca", budgets={"short": 4, "long": n + 1},
+                            max_target_tokens=12, device=torch.device("cpu"))
+    assert batch.target_mask.sum(dim=1).tolist() == [4, n + 1, 12]
+    targets = batch.input_ids[:, batch.completion_start:]
+    assert [tok.eos_token_id in row.tolist() for row in targets] == [False, True, False]
+    with pytest.raises(ValueError, match="2 target limits for 1 targets"):
+        sft_batch(tok, ["Q?"], [answer], max_target_tokens=[3, 4], device=torch.device("cpu"))
+
+
+def test_sft_targets_are_cut_at_the_generation_budget_of_their_task() -> None:
+    """`target_budgets`: a yes/no task's own 8 tokens, MLPerf's 48, a spec's max_new_tokens over
+    the task's default, and a task with no default (GEMM) the rollout's limit."""
+    from hargo_hpc.train.sft_run import target_budgets
+
+    config = validate_config({
+        "data": {"tasks": [{"name": "data_race_c"}, {"name": "mlperf_qa"},
+                           {"name": "plp_qa", "max_new_tokens": 20}, {"name": "gemm"}]},
+        "rollout": {"max_new_tokens": 200}})
+    assert target_budgets(config) == {"data_race_c": 8, "mlperf_qa": 48, "plp_qa": 20,
+                                      "gemm": 200}
+
+
 def test_sampler_epochs_and_resume() -> None:
     items = [SftItem("t", f"q{i}", f"a{i}") for i in range(5)]
     sampler = SftSampler(items, seed=3)
@@ -310,6 +341,14 @@ def test_the_sft_presets_target_of_a_gemm_prompt_is_one_of_its_corpus_kernels() 
     assert item.task == "gemm" and item.user_text == Gemm().user_text(problem)
     assert item.target == corpus[zlib.crc32(problem.id.encode()) % len(corpus)].completion
     assert preset_item(problem, "ignored") == item
+    _, tok = load_policy("tiny")
+    lengths = [len(tok(k.completion, add_special_tokens=False)["input_ids"]) for k in corpus]
+    budget = sorted(lengths)[len(lengths) // 2]
+    fit = [k.completion for k, n in zip(corpus, lengths, strict=True) if n + 1 <= budget]
+    assert 0 < len(fit) < len(corpus)
+    picked = preset_item(problem, "ignored", tokenizer=tok, max_tokens=budget)
+    assert picked.target == fit[zlib.crc32(problem.id.encode()) % len(fit)]  # the fitting ones
+    assert preset_item(problem, "ignored", tokenizer=tok, max_tokens=min(lengths)) == item
     with pytest.raises(ValueError, match="no reference answer, and task mlperf_qa has no SFT"):
         preset_item(Example(task="mlperf_qa", id="m:1", instruction="q", input="", output=""),
                     "p")
