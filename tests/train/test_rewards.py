@@ -283,6 +283,25 @@ def test_local_workers_refuse_a_handoff_that_live_workers_serve(tmp_path: Path) 
 
 
 @pytest.mark.timeout(60)
+def test_no_local_workers_says_what_the_requests_wait_for(tmp_path: Path) -> None:
+    """0 local workers (an evaluation of a submission's run by hand): one line says the
+    requests wait for a worker, unless live workers serve the handoff already."""
+    handoff = tmp_path / "handoff"
+    said: list[str] = []
+    with LocalWorkers(handoff, 0, log=said.append) as none:
+        assert none.pids == []
+    assert said == [f"no bench worker serves {handoff} yet and none is started here (0 local "
+                    "workers): its requests wait for one (a submission's bench array, or "
+                    f"`hargo worker --handoff {handoff}`)"]
+    with LocalWorkers(handoff, 1, handoff=fast_handoff()):
+        wait_until(lambda: live_workers(handoff), 30, "the worker's heartbeat")
+        said.clear()
+        with LocalWorkers(handoff, 0, log=said.append):
+            pass
+        assert said == []
+
+
+@pytest.mark.timeout(60)
 def test_a_worker_that_ignores_the_sentinel_and_sigterm_is_killed(tmp_path: Path,
                                                                   caplog) -> None:  # fmt: skip
     """A stopped (SIGSTOP) worker sees neither the sentinel nor SIGTERM: SIGKILL ends it."""

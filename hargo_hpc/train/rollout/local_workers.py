@@ -165,6 +165,11 @@ class LocalWorkers:
         if self._children:
             raise RuntimeError("local workers are already started")
         if self.count == 0:
+            if self.announce is not None and not live_workers(self.handoff_dir):
+                self.announce(
+                    f"no bench worker serves {self.handoff_dir} yet and none is started here "
+                    "(0 local workers): its requests wait for one (a submission's bench array, "
+                    f"or `hargo worker --handoff {self.handoff_dir}`)")
             return
         try:
             self.handoff_dir.mkdir(parents=True, exist_ok=True)
