@@ -112,6 +112,14 @@ def generation_budget(spec: TaskSpec, rollout: RolloutSection) -> Budget:
     return Budget(tokens, stop)
 
 
+def token_budgets(config: ExperimentConfig) -> dict[str, int]:
+    """Each task's `generation_budget` in tokens, by name: where its completions stop, and
+    where its SFT targets are cut (a target longer than a sampled completion may be teaches
+    nothing the rollout can use)."""
+    return {spec.name: generation_budget(spec, config.rollout).max_new_tokens
+            for spec in config.data.tasks}
+
+
 class DataSection(_Section):
     tasks: list[TaskSpec] = Field(default_factory=lambda: [TaskSpec(name="data_race_c")])
     eval_fraction: float = Field(0.1, ge=0, lt=1)

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hargo_hpc.bench.stale import is_stale
+from hargo_hpc.bench.stale import stale_in
 
 ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("pids", "cpuset")
@@ -78,12 +78,9 @@ def _pids(directory: Path) -> list[int]:
 
 
 def sweep_stale(parent: Path, version: int) -> list[Path]:
-    """Remove the run groups in `parent` left by a dead worker of this host (`stale.is_stale`),
+    """Remove the run groups in `parent` left by a dead worker of this host (`stale.stale_in`),
     killing what is left in them; returns them."""
-    try:
-        found = [d for d in parent.iterdir() if is_stale(d.name) and d.is_dir()]
-    except OSError:
-        return []
+    found = stale_in(parent)
     for directory in found:
         RunCgroup([directory], version).remove(timeout_s=1.0)
     return found

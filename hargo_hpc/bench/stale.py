@@ -55,17 +55,23 @@ def is_stale(name: str) -> bool:
     return found is not None and found[1] == socket.gethostname() and not _alive(found[0])
 
 
+def stale_in(directory: str | Path) -> list[Path]:
+    """The subdirectories of `directory` that are runs of a dead worker of this host
+    (`is_stale`); [] when it cannot be read."""
+    try:
+        return [p for p in Path(directory).iterdir() if is_stale(p.name) and p.is_dir()]
+    except OSError:
+        return []
+
+
 def sweep_scratch(directory: str | Path) -> list[Path]:
-    """Remove the stale run directories in `directory` (`is_stale`), once per process and
+    """Remove the stale run directories in `directory` (`stale_in`), once per process and
     directory; returns them."""
     key = (os.getpid(), str(directory))
     if key in _SWEPT:
         return []
     _SWEPT.add(key)
-    try:
-        stale = [p for p in Path(directory).iterdir() if is_stale(p.name) and p.is_dir()]
-    except OSError:
-        return []
-    for path in stale:
+    found = stale_in(directory)
+    for path in found:
         shutil.rmtree(path, ignore_errors=True)
-    return stale
+    return found

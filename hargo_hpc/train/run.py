@@ -16,7 +16,7 @@ import torch
 
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import Weighting
-from hargo_hpc.config import ExperimentConfig
+from hargo_hpc.config import ExperimentConfig, token_budgets
 from hargo_hpc.errors import HargoError
 from hargo_hpc.sqd import SqdError, StageSpec
 from hargo_hpc.tasks.base import Example, Task
@@ -96,8 +96,7 @@ class RunContext:
         return UpdateContext(
             self.engine, self.algorithm, self.config.training.num_iterations, self.opt_steps,
             self.accum, self.sampling.temperature, self.config.rollout.max_new_tokens,
-            self.tokenizer, self.prompt_format, self.user_text,
-            {task: sampling.max_new_tokens for task, sampling in self.budgets.items()})
+            self.tokenizer, self.prompt_format, self.user_text, token_budgets(self.config))
 
     def prompt_of(self, example: Example, stage: StageSpec | None) -> str:
         """The templated prompt; a GEMM problem's at its SQD `stage` states its techniques."""

@@ -9,8 +9,8 @@ keeps the answers that fit the task's generation budget (`fitting`). One row is
     prompt = build_prompt(user text, data.prompt_format, tokenizer)
     target = tokens(answer)[: budget(task)] + [EOS]     (EOS kept only when not cut)
 
-(budget(task): the task's generation budget, `config.generation_budget`: a target longer than
-the rollout may sample is cut where a sampled completion would be.)
+(budget(task): the task's generation budget in tokens, `config.token_budgets`: a target longer
+than the rollout may sample is cut where a sampled completion would be.)
 
 laid out as the rollout lays out a completion (left-padded prompt, right-padded target), so
 `logprobs.token_logprobs` scores it and
@@ -206,12 +206,18 @@ def sft_batch(
 
 
 def build_sft_batch(items: Sequence[SftItem], tokenizer: Any, prompt_format: str, *,
-                    max_target_tokens: int, device: torch.device,
-                    budgets: Mapping[str, int] | None = None) -> SftBatch:
-    """`sft_batch` of templated rows; each target cut at its task's budget in `budgets`
-    (`max_target_tokens` for a task not in it)."""
+                    max_target_tokens: int | Mapping[str, int], device: torch.device
+                    ) -> SftBatch:
+    """`sft_batch` of templated rows; each target cut at `max_target_tokens`, one for all or
+    its task's (`config.token_budgets`; ValueError for a task not in it)."""
     prompts = [build_prompt(item.user_text, prompt_format, tokenizer) for item in items]
-    limits = [(budgets or {}).get(item.task, max_target_tokens) for item in items]
+    if isinstance(max_target_tokens, int):
+        limits: int | list[int] = max_target_tokens
+    else:
+        missing = sorted({item.task for item in items} - set(max_target_tokens))
+        if missing:
+            raise ValueError(f"no token budget for task(s) {', '.join(missing)}")
+        limits = [max_target_tokens[item.task] for item in items]
     return sft_batch(tokenizer, prompts, [item.target for item in items],
                      max_target_tokens=limits, device=device)
 

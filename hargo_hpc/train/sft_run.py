@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from hargo_hpc.config import ExperimentConfig, generation_budget, save_resolved
+from hargo_hpc.config import ExperimentConfig, save_resolved, token_budgets
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.train import metrics as m
@@ -56,14 +56,6 @@ from hargo_hpc.train.sft import (
 from hargo_hpc.train.updates import training_mode
 
 
-def target_budgets(config: ExperimentConfig) -> dict[str, int]:
-    """Each task's generation budget in tokens (`config.generation_budget`), where its SFT
-    targets are cut: a target longer than a sampled completion may be teaches nothing the
-    rollout can use."""
-    return {spec.name: generation_budget(spec, config.rollout).max_new_tokens
-            for spec in config.data.tasks}
-
-
 def sft_data(data: Data, config: ExperimentConfig, tokenizer: Any, log: Log) -> list[SftItem]:
     """Every task's SFT rows (reference answers; GEMM's corpus) over the training split. Of a
     corpus, only the answers that fit the task's generation budget (`sft.fitting`): a corpus
@@ -72,7 +64,7 @@ def sft_data(data: Data, config: ExperimentConfig, tokenizer: Any, log: Log) -> 
     them sampled kernels cut short, 83 of 96 compile errors). When none fits (a pipeline check
     with a few tokens), all are kept, cut short, and a warning says so."""
     items: list[SftItem] = []
-    budgets = target_budgets(config)
+    budgets = token_budgets(config)
     try:
         for name, examples in data.train.items():
             task = data.tasks[name]
@@ -103,7 +95,7 @@ def warm_start(ctx: RunContext, data: Data, path: Path, steps: int, stop: StopSi
                        sft_data(data, ctx.config, ctx.tokenizer, log),
                        seed=ctx.config.run.seed, steps=steps, accum=ctx.accum,
                        micro_batch_size=ctx.config.training.micro_batch_size,
-                       budgets=target_budgets(ctx.config), path=path, stop=stop)
+                       budgets=token_budgets(ctx.config), path=path, stop=stop)
     log(f"SFT warm start: {done} of {steps} steps done ({path})")
     return done == steps
 
@@ -115,7 +107,7 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
              sampler: SftSampler | None = None, done: int = 0) -> tuple[int, SftSampler]:
     """SFT steps `done`+1 .. `steps` of W × accum × micro_batch_size rows each (W ranks, every
     one drawing the same rows and training on its contiguous share; `sampler` continues a
-    stopped run's rows; each target cut at its task's budget in `budgets`, `target_budgets`),
+    stopped run's rows; each target cut at its task's budget in `budgets`, `token_budgets`),
     one metrics line per step from rank 0. Returns the last step done (fewer than `steps`
     after a stop) and the sampler."""
     sampler = sampler or SftSampler(items, seed)
@@ -125,8 +117,7 @@ def sft_loop(engine: Any, tokenizer: Any, prompt_format: str, items: list[SftIte
         for step in range(done + 1, steps + 1):
             start, lr = time.perf_counter(), engine.lr
             rows = split(sampler.batch(world * accum * micro_batch_size), world)[rank]
-            batch = build_sft_batch(rows, tokenizer, prompt_format, budgets=budgets,
-                                    max_target_tokens=max(budgets.values(), default=1),
+            batch = build_sft_batch(rows, tokenizer, prompt_format, max_target_tokens=budgets,
                                     device=engine.device)
             with training_mode(engine):
                 stats = sft_update(engine, batch, accum=accum)
@@ -215,7 +206,7 @@ def _sft_run(config: ExperimentConfig, accum: int, *, resume: bool, log: Log,
         done, sampler = sft_loop(
             engine, tokenizer, prompt_format, items, seed=config.run.seed,
             steps=config.sft.steps, accum=accum, micro_batch_size=t.micro_batch_size,
-            budgets=target_budgets(config), path=paths.metrics, stop=stop,
+            budgets=token_budgets(config), path=paths.metrics, stop=stop,
             on_step=on_step, sampler=sampler, done=done)
     if done < config.sft.steps:  # stopped (the ranks agreed in sft_loop)
         saved_at = engine.save_checkpoint(paths.checkpoints, f"step_{done:06d}", {

@@ -60,7 +60,7 @@ class UpdateContext:
     tokenizer: Any
     prompt_format: str
     user_text: Callable[[Example], str]
-    budgets: Mapping[str, int]  # each task's generation budget in tokens (its own max_new_tokens)
+    budgets: Mapping[str, int]  # each task's generation budget in tokens (config.token_budgets)
 
 
 @dataclass
@@ -235,11 +235,9 @@ def sft_preset_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
     and rewarded, for metrics comparable with the RL methods."""
     engine = run.engine
     items = [preset_item(e, run.user_text(e), tokenizer=run.tokenizer,
-                         max_tokens=run.budgets.get(e.task, run.max_new_tokens))
-             for e in batch.examples]
-    full = build_sft_batch(items, run.tokenizer, run.prompt_format, budgets=run.budgets,
-                           max_target_tokens=run.max_new_tokens,
-                           device=batch.input_ids.device)
+                         max_tokens=run.budgets[e.task]) for e in batch.examples]
+    full = build_sft_batch(items, run.tokenizer, run.prompt_format,
+                           max_target_tokens=run.budgets, device=batch.input_ids.device)
     grad_norms: list[float] = []
     losses: list[float] = []
     nll = m.WeightedMean()

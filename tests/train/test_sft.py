@@ -58,33 +58,37 @@ def test_rows_are_laid_out_like_a_rollout() -> None:
 
 
 def test_each_target_is_cut_at_its_own_tasks_budget() -> None:
-    """`build_sft_batch` cuts a target at its task's budget (`budgets`), the default for a task
-    not in it; a target within its budget keeps its EOS."""
+    """`build_sft_batch` cuts a target at its task's budget; a target within its budget keeps
+    its EOS; a task without a budget is refused."""
     _, tok = load_policy("tiny")
     answer = "word " * 30
     n = len(tok(answer, add_special_tokens=False)["input_ids"])
     assert n > 12
     items = [SftItem("short", "Q?", answer), SftItem("long", "Q?", answer),
              SftItem("other", "Q?", answer)]
-    batch = build_sft_batch(items, tok, "alpaca", budgets={"short": 4, "long": n + 1},
-                            max_target_tokens=12, device=torch.device("cpu"))
+    budgets = {"short": 4, "long": n + 1, "other": 12}
+    batch = build_sft_batch(items, tok, "alpaca", max_target_tokens=budgets,
+                            device=torch.device("cpu"))
     assert batch.target_mask.sum(dim=1).tolist() == [4, n + 1, 12]
     targets = batch.input_ids[:, batch.completion_start:]
     assert [tok.eos_token_id in row.tolist() for row in targets] == [False, True, False]
+    with pytest.raises(ValueError, match=r"no token budget for task\(s\) other"):
+        build_sft_batch(items, tok, "alpaca", max_target_tokens={"short": 4, "long": 5},
+                        device=torch.device("cpu"))
     with pytest.raises(ValueError, match="2 target limits for 1 targets"):
         sft_batch(tok, ["Q?"], [answer], max_target_tokens=[3, 4], device=torch.device("cpu"))
 
 
 def test_sft_targets_are_cut_at_the_generation_budget_of_their_task() -> None:
-    """`target_budgets`: a yes/no task's own 8 tokens, MLPerf's 48, a spec's max_new_tokens over
+    """`token_budgets`: a yes/no task's own 8 tokens, MLPerf's 48, a spec's max_new_tokens over
     the task's default, and a task with no default (GEMM) the rollout's limit."""
-    from hargo_hpc.train.sft_run import target_budgets
+    from hargo_hpc.config import token_budgets
 
     config = validate_config({
         "data": {"tasks": [{"name": "data_race_c"}, {"name": "mlperf_qa"},
                            {"name": "plp_qa", "max_new_tokens": 20}, {"name": "gemm"}]},
         "rollout": {"max_new_tokens": 200}})
-    assert target_budgets(config) == {"data_race_c": 8, "mlperf_qa": 48, "plp_qa": 20,
+    assert token_budgets(config) == {"data_race_c": 8, "mlperf_qa": 48, "plp_qa": 20,
                                       "gemm": 200}
 
 
