@@ -551,7 +551,10 @@ F_TEMPLATES: tuple[tuple[FTemplate, str, str, bool], ...] = (
     (f_shared_last, "yes", "last", False), (f_single_element, "yes", "none", False),
 )
 
-VARIANTS = 3  # programs per template
+# programs per template: C enough that a held-out 30 % is over 200 programs (the demo's data
+# race metric needs that many to tell a change from noise), all distinct, so a model can only
+# do well on held-out programs by reading their structure; Fortran a small sample
+VARIANTS = {"c": 32, "fortran": 3}
 
 
 def shuffled(records: list[Record], tag: str) -> list[Record]:
@@ -561,14 +564,23 @@ def shuffled(records: list[Record], tag: str) -> list[Record]:
 
 
 def data_race(templates: tuple, fortran: bool) -> list[Record]:
-    """VARIANTS programs per template, each with its own seeded names; label from the template."""
+    """VARIANTS[lang] distinct programs per template, each with its own seeded names (a draw
+    that repeats an earlier program is drawn again); label from the template."""
     prefix, suffix = (F_PREFIX, F_SUFFIX) if fortran else (C_PREFIX, C_SUFFIX)
     lang = "fortran" if fortran else "c"
-    records = []
+    records, seen = [], set()
     for template, label, role, two_d in templates:
-        for v in range(VARIANTS):
-            p = pick(random.Random(f"{SEED}:{lang}:{template.__name__}:{v}"), fortran, role, two_d)
-            code = template(p, v) if fortran else c_program(p, template(p, v))
+        for v in range(VARIANTS[lang]):
+            for attempt in range(100):
+                tag = f"{v}" if attempt == 0 else f"{v}:{attempt}"
+                p = pick(random.Random(f"{SEED}:{lang}:{template.__name__}:{tag}"), fortran,
+                         role, two_d)
+                code = template(p, v) if fortran else c_program(p, template(p, v))
+                if code not in seen:
+                    break
+            else:
+                raise SystemExit(f"{template.__name__}: no new program in 100 draws")
+            seen.add(code)
             records.append({"instruction": prefix + code + suffix, "input": "", "output": label})
     return shuffled(records, lang)
 

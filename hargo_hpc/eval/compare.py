@@ -6,7 +6,7 @@ to example u. The unit of resampling is the example (all of its samples go toget
 problem's kernels are not independent draws of the metric), so a metric is given as a function
 of an array of example indices (`UnitMetrics`), returning the task's whole metrics dict on the
 rows of those examples. Each resample's dict is computed once and shared by every key
-(`_Memo`); the keys are the metrics that are fractions or means (floats), not the counts.
+(`Memo`); the keys are the metrics that are fractions or means (floats), not the counts.
 
     intervals   each key: its value on all n examples and the percentile-bootstrap 95 %
                 interval (`intervals.bootstrap`, seeded)
@@ -29,10 +29,12 @@ from hargo_hpc.eval.intervals import Interval, bootstrap, paired_difference
 UnitMetrics = Callable[[np.ndarray], Mapping[str, Any]]
 
 
-def interval_keys(values: Mapping[str, Any]) -> list[str]:
+def interval_keys(values: Mapping[str, Any], points: Sequence[str] = ()) -> list[str]:
     """The keys of `values` that get an interval: float values (shares, means, F1), in order;
-    counts (ints), None, booleans and nested objects do not."""
-    return [k for k, v in values.items() if isinstance(v, float) and not isinstance(v, bool)]
+    counts (ints), None, booleans, nested objects and `points` (maxima: `Task.points`) do
+    not."""
+    return [k for k, v in values.items()
+            if isinstance(v, float) and not isinstance(v, bool) and k not in points]
 
 
 def unit_rows(idx: Iterable[int], samples: int) -> list[int]:
@@ -40,7 +42,7 @@ def unit_rows(idx: Iterable[int], samples: int) -> list[int]:
     return [int(u) * samples + j for u in idx for j in range(samples)]
 
 
-class _Memo:
+class Memo:
     """`metrics_of` cached by the exact index array (resamples repeat across keys)."""
 
     def __init__(self, metrics_of: UnitMetrics) -> None:
@@ -68,14 +70,14 @@ def _number(value: Any) -> float:
 def intervals(metrics_of: UnitMetrics, n: int, keys: Sequence[str], *,
               seed: int = 0) -> dict[str, Interval]:
     """Each key's value on all `n` examples and its 95 % interval (module docstring)."""
-    memo = _Memo(metrics_of)
+    memo = Memo(metrics_of)
     return {key: bootstrap(memo.value(key), n, seed=seed) for key in keys}
 
 
 def paired(before_of: UnitMetrics, after_of: UnitMetrics, n: int, keys: Sequence[str], *,
            seed: int = 0) -> dict[str, Interval]:
     """Each key's after − before on the same `n` examples, paired (module docstring)."""
-    before, after = _Memo(before_of), _Memo(after_of)
+    before, after = Memo(before_of), Memo(after_of)
     return {key: paired_difference(before.value(key), after.value(key), n, seed=seed)
             for key in keys}
 

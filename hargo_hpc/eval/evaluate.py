@@ -235,8 +235,20 @@ def plan_tasks(config: ExperimentConfig, examples: dict[str, list[Example]], *,
 # ---------------------------------------------------------------- answering
 
 
+def example_seed(seed: int, example: Example) -> int:
+    """The sampling seed of one held-out example: from the evaluation's seed (the split's,
+    `config.split_seed`) and the example's task and id; its sample k then draws from
+    `derive_seed(example_seed, k)` (`HFGenerateBackend.generate`'s `seeds`). Every (example,
+    sample) is its own independent draw, reproducible; the baseline and the run answer an
+    example's sample k from the same stream (common random numbers, which pair them)."""
+    from hargo_hpc.train.rollout.generate import derive_seed
+
+    return derive_seed(seed, example.task, example.id)
+
+
 class Answerer:
-    """One model, loaded once, answering tasks' prompts (templated as in training)."""
+    """One model, loaded once, answering tasks' prompts (templated as in training); sampled
+    answers draw an independent stream per (example, sample) (`example_seed`)."""
 
     def __init__(self, model_path: str, config: ExperimentConfig, *, batch_size: int,
                  log: Log) -> None:
@@ -269,15 +281,17 @@ class Answerer:
         with torch.no_grad():
             for name, plan in plans.items():
                 params = SamplingParams(
-                    max_new_tokens=plan.max_new_tokens, stop=plan.stop, seed=self.seed,
+                    max_new_tokens=plan.max_new_tokens, stop=plan.stop,
                     do_sample=plan.do_sample, temperature=plan.temperature, top_p=plan.top_p)
                 prompts = [build_prompt(tasks[name].user_text(e), self.format, self.tokenizer)
                            for e in plan.examples]
+                seeds = [example_seed(self.seed, e) for e in plan.examples]
                 per_call = max(1, self.batch_size // plan.samples)
                 texts: list[str] = []
                 for lo in range(0, len(prompts), per_call):
                     batch = prompts[lo:lo + per_call]
-                    texts.extend(self.backend.generate(batch, plan.samples, params).texts)
+                    texts.extend(self.backend.generate(batch, plan.samples, params,
+                                                       seeds[lo:lo + per_call]).texts)
                     self.log(f"{name}: {len(texts)}/{len(prompts) * plan.samples} answered by "
                              f"{self.name}")
                 out[name] = texts
@@ -353,9 +367,16 @@ def unit_metrics(task: Task, plan: TaskPlan, answers: Answers) -> UnitMetrics:
     return of
 
 
+def distinct(texts: Sequence[str]) -> int:
+    """How many different completions there are among `texts` (after stripping outer white
+    space): next to n, it says how many independent programs or answers the rows hold."""
+    return len({t.strip() for t in texts})
+
+
 def score(tasks: dict[str, Task], plans: dict[str, TaskPlan], ours: Answers,
           theirs: Answers | None = None, *, seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Each task's metrics on all its examples (`n` examples, `rows` answers), the 95 %
+    """Each task's metrics on all its examples (`n` examples, `rows` answers, `distinct`
+    different answers among them), the 95 %
     interval of every share and mean (`intervals`), and with a baseline its values
     (`baseline`) and the paired change run − baseline (`vs_baseline`)."""
     from hargo_hpc.eval import compare
@@ -366,13 +387,15 @@ def score(tasks: dict[str, Task], plans: dict[str, TaskPlan], ours: Answers,
         everything = list(range(n))
         ours_of = unit_metrics(task, plan, ours)
         values = _finite(ours_of(everything))
-        keys = compare.interval_keys(values)
+        keys = compare.interval_keys(values, task.points)
         entry: dict[str, Any] = {**values, "n": n, "rows": len(plan.rows),
+                                 "distinct": distinct(ours.texts[name]),
                                  "intervals": compare.as_json(
                                      compare.intervals(ours_of, n, keys, seed=seed))}
         if theirs is not None:
             theirs_of = unit_metrics(task, plan, theirs)
-            entry["baseline"] = _finite(theirs_of(everything))
+            entry["baseline"] = {**_finite(theirs_of(everything)),
+                                 "distinct": distinct(theirs.texts[name])}
             entry["vs_baseline"] = compare.as_json(
                 compare.paired(theirs_of, ours_of, n, keys, seed=seed))
         out[name] = entry

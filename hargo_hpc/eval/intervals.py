@@ -117,3 +117,97 @@ def winrate_metric(outcomes: Sequence[str]) -> Metric:
     """WinRate = (wins + ties / 2) / n as the mean of per-pair values 1, ½, 0 (tasks.winrate);
     its interval against 0.5 is the paired comparison of the two systems."""
     return mean_metric([OUTCOME_VALUE[o] for o in outcomes])
+
+
+# ---------------------------------------------------------------- across training seeds
+
+MIN_POOLED_SEEDS = 3  # fewer training seeds: the claim is stated per seed, not pooled
+
+
+@dataclass(frozen=True)
+class SeedPooled:
+    """A change measured once per training seed, and pooled over the seeds.
+
+    `per_seed`: each seed's change with its interval over that seed's examples;
+    `pooled`: the mean of the per-seed changes with the two-level bootstrap interval
+    (`over_seeds`), None with fewer than `MIN_POOLED_SEEDS` seeds; `t`: the Student-t 95 %
+    interval of the mean of the per-seed values (between-seed spread only; None below 2)."""
+
+    per_seed: tuple[Interval, ...]
+    pooled: Interval | None
+    t: Interval | None
+
+    @property
+    def seeds(self) -> int:
+        return len(self.per_seed)
+
+    def verdict(self) -> str:
+        """"better" / "worse" when the pooled interval excludes 0 (above / below), "no change
+        shown" when it does not; with too few seeds to pool, "better in k of S seeds" style
+        text from the per-seed intervals ("no change shown" when no seed's excludes 0)."""
+        if self.pooled is not None:
+            if self.pooled.low > 0:
+                return "better"
+            if self.pooled.high < 0:
+                return "worse"
+            return "no change shown"
+        up = sum(1 for i in self.per_seed if i.low > 0)
+        down = sum(1 for i in self.per_seed if i.high < 0)
+        if not up and not down:
+            return "no change shown"
+        parts = [f"better in {up}" if up else "", f"worse in {down}" if down else ""]
+        return f"{' and '.join(p for p in parts if p)} of {self.seeds} seeds (too few to pool)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seeds": self.seeds, "per_seed": [i.to_json() for i in self.per_seed],
+                "pooled": None if self.pooled is None else self.pooled.to_json(),
+                "t": None if self.t is None else self.t.to_json(), "verdict": self.verdict()}
+
+
+def over_seeds(changes: Sequence[tuple[Metric, int]], *, seed: int = 0,
+               resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> SeedPooled:
+    """Pool a change over training seeds: `changes` holds, per seed s, the change as a Metric
+    of example indices d_s(idx) (a paired difference: after − before on the same examples)
+    and its number of examples n_s.
+
+    The unit of a claim about a method is the training run, so the pooled interval resamples
+    the seeds first, then each drawn seed's examples (a two-level, or cluster, bootstrap):
+
+        value     D = (1/S) Σ_s d_s(all n_s examples)
+        resample  draw S seeds with replacement; for each draw, n_s of its examples with
+                  replacement; D* = the mean of the drawn d_s(examples*)
+        interval  the (2.5 %, 97.5 %) percentiles of B values of D* (B = `resamples`)
+
+    Its width carries both the run-to-run variation and the examples' noise (Davison &
+    Hinkley 1997, §3.8, on resampling in two stages). With few seeds the seed stage cannot
+    see much of the run-to-run spread (S = 3 seeds have 10 distinct resamples): below
+    `MIN_POOLED_SEEDS` no pooled interval is given. Beside it, `t` is the Student-t interval
+    D ± t_{S−1, 0.975} · sd(d_s) / √S over the per-seed values, which counts the between-seed
+    spread only, from the per-seed points."""
+    from scipy import stats
+
+    if not changes:
+        raise ValueError("over_seeds needs at least one seed's change")
+    per_seed = tuple(bootstrap(metric, n, seed=seed + k, resamples=resamples,
+                               confidence=confidence)
+                     for k, (metric, n) in enumerate(changes))
+    points = np.array([i.value for i in per_seed])
+    S = len(changes)
+    t_interval = None
+    if S >= 2:
+        half = float(stats.t.ppf(0.5 + confidence / 2, S - 1) * points.std(ddof=1)
+                     / math.sqrt(S))
+        t_interval = Interval(float(points.mean()), float(points.mean()) - half,
+                              float(points.mean()) + half, S)
+    if S < MIN_POOLED_SEEDS:
+        return SeedPooled(per_seed, None, t_interval)
+    rng = np.random.default_rng(seed)
+    draws = np.empty(resamples)
+    for b in range(resamples):
+        chosen = rng.integers(0, S, S)
+        draws[b] = np.mean([changes[s][0](rng.integers(0, changes[s][1], changes[s][1]))
+                            for s in chosen])
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.nanpercentile(draws, [tail, 100 - tail])
+    pooled = Interval(float(points.mean()), float(low), float(high), S)
+    return SeedPooled(per_seed, pooled, t_interval)

@@ -40,8 +40,9 @@ class TaskPlan:
         """What metrics.json records of it (the baseline's cache key includes it)."""
         out: dict[str, Any] = {"samples": self.samples, "max_new_tokens": self.max_new_tokens,
                                "stop": list(self.stop), "do_sample": self.do_sample}
-        if self.do_sample:
-            out.update(temperature=self.temperature, top_p=self.top_p)
+        if self.do_sample:  # each (example, sample) its own stream (eval.evaluate.example_seed)
+            out.update(temperature=self.temperature, top_p=self.top_p,
+                       seeding="per example and sample")
         return out
 
 

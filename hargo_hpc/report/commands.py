@@ -46,18 +46,24 @@ def markdown_file(table: MethodTable, images: list[Path], when: datetime.datetim
 def write_report(run_dirs: list[str], out: Path, against: str | None = None
                  ) -> tuple[MethodTable, list[Path]]:
     """Read the runs, write every file of the report into `out`; return the table (its notes
-    include the plots' skips) and the files written."""
-    from hargo_hpc.report.differences import differences, differences_markdown
+    include the plots' skips; its pooled rows each method's change over its seeds) and the
+    files written."""
+    from hargo_hpc.report.differences import against_grid, differences, differences_markdown
     from hargo_hpc.report.page import render_page
     from hargo_hpc.report.plots import DESCRIPTIONS, PLOT_FILES, plot_notes, write_plots
+    from hargo_hpc.report.seeds import pooled_vs_baseline, pooled_vs_reference
 
     try:
         runs = load_runs(run_dirs)
     except ReportError as err:
         raise UsageFailure(str(err)) from None
     table = method_table(runs)
-    table = table._replace(notes=[*table.notes, *plot_notes(runs)])
-    paired = differences_markdown(*differences(runs, against))
+    table = table._replace(notes=[*table.notes, *plot_notes(runs)],
+                           pooled=tuple(pooled_vs_baseline(runs)))
+    reference, entries = differences(runs, against)
+    pooled = pooled_vs_reference(runs, reference)
+    paired = differences_markdown(reference, entries, pooled)
+    sections = [(f"Against {reference}", against_grid(reference, entries, pooled))]
     when = datetime.datetime.now().astimezone()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -66,8 +72,8 @@ def write_report(run_dirs: list[str], out: Path, against: str | None = None
             unlink_quietly(out / stale)
         write_atomic(out / MARKDOWN, markdown_file(table, images, when, paired))
         write_atomic(out / JSON, to_json(table))
-        write_atomic(out / PAGE, render_page(table, images, title=TITLE,
-                                             captions=DESCRIPTIONS, when=when))
+        write_atomic(out / PAGE, render_page(table, images, title=TITLE, captions=DESCRIPTIONS,
+                                             when=when, sections=sections))
     except OSError as err:
         raise UsageFailure(f"{out}: cannot write the report: {err}") from None
     return table, [out / MARKDOWN, out / JSON, *images, out / PAGE]
@@ -101,13 +107,18 @@ def report(run_dirs: tuple[str, ...], output: str, as_json: bool, against: str |
       MLPerf >40 chars (%)   MLPerf QA: share of answers over 40 characters
       PLP similarity         PLP QA: mean embedding similarity to the reference (0-1)
       GEMM ok (%)            GEMM: share of scored kernels that compiled, verified and ran
-      GEMM best GFLOPS       GEMM: the best median GFLOPS of an ok kernel
+      GEMM fast_0.5 (%)      GEMM: share of scored kernels ok and >= 0.5x the reference
+      GEMM log2 speed        GEMM: mean log2 of an ok kernel's speed over the reference's
+      GEMM reward            GEMM: mean reward of the scored kernels
+      GEMM best GFLOPS       GEMM: the best median GFLOPS of an ok kernel (no interval)
       GEMM best of ref. (%)  GEMM: that speed as a share of the in-run reference DGEMM
       last reward            the mean reward of the last training step (metrics.jsonl)
 
-    Each cell is the value and its 95 % interval over the evaluated examples; a second table
-    gives each run's paired change against its baseline, and report.md a third, each run
-    against the `--against` method of its seed; bold where the interval excludes 0.
+    Each cell is the value, its 95 % interval over the evaluated examples (each example's
+    samples together) and (n); a maximum is a plain value. A second table gives each run's
+    paired change against its baseline, and a third each run against the `--against` method
+    of its seed; bold where the interval excludes 0. A method with runs of several seeds gets
+    a line pooled over them (from 3 seeds an interval over seeds and examples).
     A missing value is "—" (null in JSON); the notes below the table say which runs lack
     which task or evaluation. Plots (one line per run): reward, HARGO weight share and
     completion length per task over steps; GEMM GFLOPS over steps by SQD stage.

@@ -1,5 +1,7 @@
-"""The report as one self-contained HTML page: the method table, the column legend, the notes
-and every plot embedded as a base64 `data:image/png` URI. No external CSS, scripts or fonts:
+"""The report as one self-contained HTML page: the method table (each cell the value, its 95 %
+interval and n, like report.md), the changes against the baseline, the methods against the
+reference method, the column legend, the notes and every plot embedded as a base64
+`data:image/png` URI. No external CSS, scripts or fonts:
 the file can be mailed or opened from a shared filesystem as it is. Every text from a run
 (names, paths, notes) is escaped."""
 
@@ -11,7 +13,7 @@ import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hargo_hpc.report.table import MethodTable
+from hargo_hpc.report.table import Grid, MethodTable, change_grid, value_grid
 
 STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -29,20 +31,39 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def table_html(table: MethodTable) -> str:
-    """The method table as an HTML <table> ("—" for a missing value); each header carries
-    its column's description as a tooltip."""
-    columns, rows, _ = table
-    head = "".join(f'<th title="{_e(c.description)}">{_e(c.header)}</th>' for c in columns)
+def grid_html(grid: Grid) -> str:
+    """A table of the report (`report.table.Grid`) as an HTML <table>: the same cells as its
+    markdown ("—" for a missing value, <strong> where markdown is bold); each header carries
+    its column's description as a tooltip, each run its directory."""
+    head = "".join(f'<th title="{_e(c.description)}">{_e(c.header)}</th>'
+                   for c in grid.columns)
     lines = [f"<table>\n<tr><th>method</th><th>seed</th><th>run</th>{head}</tr>"]
-    for row in rows:
-        seed = "—" if row.seed is None else row.seed
-        cells = "".join(f'<td class="num">{_e(c.text(row.values.get(c.key)))}</td>'
-                        for c in columns)
-        lines.append(f'<tr><td>{_e(row.method)}</td><td class="num">{_e(seed)}</td>'
-                     f'<td title="{_e(row.path)}">{_e(row.run)}</td>{cells}</tr>')
+    for line in grid.lines:
+        cells = "".join(f'<td class="num">{_strong(_e(c.text), c.strong)}</td>'
+                        for c in line.cells)
+        lines.append(f'<tr><td>{_e(line.method)}</td><td class="num">{_e(line.seed)}</td>'
+                     f'<td title="{_e(line.path)}">{_e(line.run)}</td>{cells}</tr>')
     lines.append("</table>")
     return "\n".join(lines)
+
+
+def _strong(text: str, strong: bool) -> str:
+    return f"<strong>{text}</strong>" if strong else text
+
+
+def table_html(table: MethodTable) -> str:
+    """The method table as an HTML <table>: each cell the value, with its interval and n
+    where it has one (`report.table.value_grid`)."""
+    return grid_html(value_grid(table))
+
+
+def section_html(heading: str, grid: Grid | None) -> str:
+    """`grid` under an <h2> `heading` and its sentence (markdown bold as <strong>); '' for
+    no grid."""
+    if grid is None:
+        return ""
+    intro = _e(grid.intro).replace("**bold**", "<strong>bold</strong>")
+    return f"<h2>{_e(heading)}</h2>\n<p>{intro}</p>\n{grid_html(grid)}\n"
 
 
 def image_html(png: Path, caption: str = "") -> str:
@@ -55,9 +76,12 @@ def image_html(png: Path, caption: str = "") -> str:
 def render_page(
     table: MethodTable, images: Sequence[Path], *, title: str = "hargo report",
     captions: Mapping[str, str] | None = None, when: datetime.datetime | None = None,
+    sections: Sequence[tuple[str, Grid | None]] = (),
 ) -> str:
     """The whole page: `title`, the date (`when`, default now), the table, the legend of the
-    columns, the notes, then each PNG of `images` embedded, captioned by `captions[name]`."""
+    columns, the notes, the changes against the baseline, each of `sections` ((heading,
+    grid): the methods against the reference), then each PNG of `images` embedded,
+    captioned by `captions[name]`."""
     when = when or datetime.datetime.now().astimezone()
     captions = captions or {}
     legend = "".join(f"<dt>{_e(c.header)}</dt><dd>{_e(c.description)}</dd>"
@@ -73,6 +97,8 @@ def render_page(
         f"<h2>Method table</h2>\n{table_html(table)}\n"
         f"<h3>Columns</h3>\n<dl>{legend}</dl>\n"
         + (f"<h3>Notes</h3>\n<ul>{notes}</ul>\n" if notes else "")
+        + section_html("Change against the baseline", change_grid(table))
+        + "".join(section_html(heading, grid) for heading, grid in sections)
         + (f"<h2>Training curves</h2>\n{figures}\n" if figures else "")
         + "</body>\n</html>\n"
     )

@@ -22,14 +22,17 @@ import json
 import math
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hargo_hpc.errors import HargoError
 from hargo_hpc.files import read_jsonl
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.names import TASK_NAMES
+
+if TYPE_CHECKING:
+    from hargo_hpc.eval.intervals import SeedPooled
 
 EVAL_FORMATS = (1, 2)
 MISSING = "—"
@@ -78,10 +81,34 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class Size:
+    """What a cell's interval resamples: `n` examples (WinRate: judged pairs); with `rows`
+    answers (n × samples) and how many of them are `distinct` completions, and the same
+    count of the baseline's answers (`baseline_distinct`), where eval/metrics.json has
+    them."""
+
+    n: int
+    rows: int | None = None
+    distinct: int | None = None
+    baseline_distinct: int | None = None
+
+    def text(self, other: int | None = None, label: str = "") -> str:
+        """`n=12`; with several samples per example (rows > n) `n=12, 26 distinct of 96`,
+        and `, <label> 30` with `other` (the distinct count of the answers compared with):
+        copies of one completion are not independent draws."""
+        if self.rows is None or self.distinct is None or self.rows <= self.n:
+            return f"n={self.n}"
+        against = "" if other is None else f", {label} {other}"
+        return f"n={self.n}, {self.distinct} distinct of {self.rows}{against}"
+
+
+@dataclass(frozen=True)
 class Column:
     """One column of the method table: `key` in JSON, `header` in markdown, `task` the task
     it belongs to (None: the run's own), `scale` from the stored value to the shown one (100
-    for a percentage), `digits` after the point, `description` for the legend."""
+    for a percentage), `digits` after the point, `description` for the legend; `point`: a
+    maximum, shown as a plain value without interval or change (`Task.points`; an interval
+    of a maximum that an older eval/metrics.json holds is ignored)."""
 
     key: str
     header: str
@@ -90,23 +117,45 @@ class Column:
     scale: float
     digits: int
     description: str
+    point: bool = False
 
     def display(self, value: float | None) -> float | None:
-        """The value in the table's unit, rounded; None stays None."""
-        return None if value is None else round(value * self.scale, self.digits)
+        """The value in the table's unit, rounded; None (and NaN, infinities) give None."""
+        if value is None or not math.isfinite(value):
+            return None
+        return round(value * self.scale, self.digits)
+
+    def number_text(self, value: float | None, signed: bool = False) -> str:
+        """The value in the table's unit: `57.50`; `signed` writes `+2.50`; "—" for none."""
+        shown = self.display(value)
+        return MISSING if shown is None else f"{shown:{'+' if signed else ''}.{self.digits}f}"
 
     def text(self, value: float | None, interval: tuple[float, float] | None = None,
-             signed: bool = False) -> str:
-        """`57.50`, with an interval `57.50 [43.00, 71.00]`; `signed` writes `+2.50`."""
-        shown = self.display(value)
-        if shown is None:
+             signed: bool = False, size: str = "") -> str:
+        """`57.50`, with an interval `57.50 [43.00, 71.00]`, and its `size` after it:
+        `57.50 [43.00, 71.00] (n=40)`; `signed` writes `+2.50`."""
+        if self.display(value) is None:
             return MISSING
-        spec = f"{'+' if signed else ''}.{self.digits}f"
-        text = f"{shown:{spec}}"
-        if interval is not None:
-            low, high = (self.display(v) for v in interval)
-            text += f" [{low:{spec}}, {high:{spec}}]"
+        text = self.number_text(value, signed)
+        if interval is not None and all(math.isfinite(v) for v in interval):
+            low, high = (self.number_text(v, signed) for v in interval)
+            text += f" [{low}, {high}]" + (f" ({size})" if size else "")
         return text
+
+    def pooled_text(self, found: SeedPooled, seeds: Sequence[int | None]) -> str:
+        """A change over training seeds: each seed's value, then the pooled value with its
+        interval over seeds (from 3 seeds) and the verdict, or the per-seed statement:
+        `s0 +2.50, s1 +4.00: better in 1 of 2 seeds (too few to pool)`,
+        `+3.00 [+1.00, +5.00] (3 seeds of n=40); s0 +2.50, s1 +4.00, s2 +2.50: better`."""
+        each = ", ".join(f"s{'?' if s is None else s} {self.number_text(i.value, True)}"
+                         for s, i in zip(seeds, found.per_seed, strict=True))
+        if found.pooled is None:
+            return f"{each}: {found.verdict()}"
+        sizes = {i.n for i in found.per_seed}
+        of = f" of n={sizes.pop()}" if len(sizes) == 1 else ""
+        pooled = self.text(found.pooled.value, (found.pooled.low, found.pooled.high),
+                           signed=True, size=f"{found.seeds} seeds{of}")
+        return f"{pooled}; {each}: {found.verdict()}"
 
 
 def _pct(key: str, header: str, task: str | None, source: tuple[str, ...], what: str) -> Column:
@@ -136,10 +185,20 @@ COLUMNS: tuple[Column, ...] = (
            "PLP QA: mean embedding cosine similarity of answer and reference"),
     _pct("gemm_ok", "GEMM ok (%)", "gemm", ("ok_share",),
          "GEMM: share of the scored kernels that compiled, verified and ran (status ok)"),
+    _pct("gemm_fast_0.5", "GEMM fast_0.5 (%)", "gemm", ("fast_0.5",),
+         "GEMM: share of the scored kernels that are ok and at least half as fast as the "
+         "reference DGEMM timed in the same bench run (KernelBench's fast_p, p = 0.5)"),
+    Column("gemm_log2_ratio", "GEMM log2 speed", "gemm", ("log2_ratio_mean",), 1.0, 2,
+           "GEMM: mean log2 of an ok kernel's speed over the in-run reference DGEMM's (the "
+           "geometric-mean speed in doublings: 0 is the reference's speed, -1 half of it)"),
+    Column("gemm_reward", "GEMM reward", "gemm", ("reward_mean",), 1.0, 3,
+           "GEMM: mean reward of the scored kernels (the task's scale)"),
     Column("gemm_best_gflops", "GEMM best GFLOPS", "gemm", ("gflops_max",), 1.0, 1,
-           "GEMM: the best median GFLOPS of an ok, not suspicious kernel"),
-    _pct("gemm_best_ratio", "GEMM best of ref. (%)", "gemm", ("ratio_max",),
-         "GEMM: the best speed as a share of the reference DGEMM timed in the same bench run"),
+           "GEMM: the best median GFLOPS of an ok, not suspicious kernel; a maximum, shown "
+           "without interval (see fast_0.5 and log2 speed for the spread)", point=True),
+    Column("gemm_best_ratio", "GEMM best of ref. (%)", "gemm", ("ratio_max",), 100.0, 2,
+           "GEMM: the best speed as a share of the reference DGEMM timed in the same bench "
+           "run; a maximum, shown without interval", point=True),
     Column("last_reward", "last reward", None, ("train", "reward"), 1.0, 3,
            "the mean task reward of the last training step (metrics.jsonl `reward`, before "
            "shaping); rewards are on each task's scale"),
@@ -157,6 +216,7 @@ class Row:
     values: dict[str, float | None] = field(default_factory=dict)
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     changes: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    sizes: dict[str, Size] = field(default_factory=dict)
 
     def significant(self, key: str) -> bool:
         """Whether the change against the baseline of column `key` excludes 0 (WinRate: its
@@ -164,11 +224,43 @@ class Row:
         found = self.changes.get(key)
         return found is not None and (found[1] > 0 or found[2] < 0)
 
+    def size_text(self, key: str, against_baseline: bool = False) -> str:
+        """The size of column `key`'s interval (`Size.text`); '' when unknown."""
+        size = self.sizes.get(key)
+        if size is None:
+            return ""
+        return size.text(size.baseline_distinct, "baseline") if against_baseline else size.text()
+
+
+@dataclass(frozen=True)
+class PooledRow:
+    """One method's change over its training seeds (`report.seeds`): `seeds` in the order of
+    each cell's `SeedPooled.per_seed`, per column key its `SeedPooled`; `error` (one line)
+    instead where the predictions could not be paired."""
+
+    method: str
+    seeds: tuple[int | None, ...]
+    cells: dict[str, SeedPooled] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return ", ".join("?" if s is None else str(s) for s in self.seeds)
+
+    def significant(self, key: str) -> bool:
+        """Whether the pooled interval (3 seeds or more) of column `key` excludes 0."""
+        found = self.cells.get(key)
+        return found is not None and found.pooled is not None and found.pooled.excludes_zero()
+
 
 class MethodTable(NamedTuple):
+    """The rows, their notes, and (filled by `hargo report` from the predictions) each
+    method's change against the baseline pooled over its training seeds."""
+
     columns: tuple[Column, ...]
     rows: list[Row]
     notes: list[str]
+    pooled: tuple[PooledRow, ...] = ()
 
 
 # ---------------------------------------------------------------- reading
@@ -354,27 +446,53 @@ def _bounds(found: Any) -> tuple[float, float] | None:
 
 
 def _interval(run: RunSummary, column: Column) -> tuple[float, float] | None:
-    """The column's 95 % interval in eval/metrics.json (format 2), or None."""
+    """The column's 95 % interval in eval/metrics.json (format 2), or None (always for a
+    maximum, `Column.point`)."""
     if column.key == "winrate":
         return _bounds(_dig(run.winrate(), "overall", "interval"))
-    if column.task is None or column.task not in run.tasks:
+    if column.task is None or column.task not in run.tasks or column.point:
         return None
     return _bounds(_dig(run.eval_task(column.task), "intervals", column.source[-1]))
 
 
 def _change(run: RunSummary, column: Column) -> tuple[float, float, float] | None:
     """(value, low, high) of the column's paired change against the baseline; WinRate's is
-    its distance from an even match, 0.5."""
+    its distance from an even match, 0.5. None for a maximum (`Column.point`)."""
     if column.key == "winrate":
         rate, bounds = _value(run, column), _interval(run, column)
         if rate is None or bounds is None:
             return None
         return rate - 0.5, bounds[0] - 0.5, bounds[1] - 0.5
-    if column.task is None or column.task not in run.tasks:
+    if column.task is None or column.task not in run.tasks or column.point:
         return None
     found = _dig(run.eval_task(column.task), "vs_baseline", column.source[-1])
     value, bounds = number(_dig(found, "value")), _bounds(found)
     return None if value is None or bounds is None else (value, *bounds)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def task_size(run: RunSummary, task: str) -> Size | None:
+    """The run's evaluation of `task`: n examples, rows, distinct completions (its own and
+    the baseline's); None without n."""
+    found = run.eval_task(task)
+    n = _count(_dig(found, "n"))
+    if n is None:
+        return None
+    return Size(n, _count(_dig(found, "rows")), _count(_dig(found, "distinct")),
+                _count(_dig(found, "baseline", "distinct")))
+
+
+def _size(run: RunSummary, column: Column) -> Size | None:
+    """What the column's interval resamples: the task's examples; WinRate's judged pairs."""
+    if column.key == "winrate":
+        n = _count(_dig(run.winrate(), "overall", "n"))
+        return None if n is None else Size(n)
+    if column.task is None or column.task not in run.tasks:
+        return None
+    return task_size(run, column.task)
 
 
 def _notes(runs: Sequence[RunSummary], labels: Sequence[str]) -> list[str]:
@@ -443,10 +561,12 @@ def method_table(runs: Iterable[RunSummary]) -> MethodTable:
     for run in ordered:
         intervals = {c.key: found for c in COLUMNS if (found := _interval(run, c)) is not None}
         changes = {c.key: found for c in COLUMNS if (found := _change(run, c)) is not None}
+        sizes = {c.key: found for c in COLUMNS if (found := _size(run, c)) is not None}
         rows.append(Row(run.method, run.seed, run.name, str(run.path),
                         {column.key: _value(run, column) for column in COLUMNS},
-                        intervals, changes))
-    return MethodTable(COLUMNS, rows, [*_sizes(ordered), *_notes(ordered, labels)])
+                        intervals, changes, sizes))
+    notes = [*_sizes(ordered), *_distinct_notes(ordered, labels), *_notes(ordered, labels)]
+    return MethodTable(COLUMNS, rows, notes)
 
 
 def _sizes(runs: Sequence[RunSummary]) -> list[str]:
@@ -459,46 +579,154 @@ def _sizes(runs: Sequence[RunSummary]) -> list[str]:
             sizes[run.label] = ", ".join(f"{name} {_dig(v, 'n')}" for name, v in tasks.items())
     if not sizes:
         return []
+    what = ("cells show the value, its 95 % interval over the examples (each example with "
+            "all its samples) and (n=examples; with several samples per example, how many of "
+            "the rows are distinct completions)")
     if len(set(sizes.values())) == 1:
-        return [f"evaluated on n examples per task: {next(iter(sizes.values()))}; cells show "
-                "the value and its 95 % interval over those examples"]
-    return [f"{label}: evaluated on {text}" for label, text in sizes.items()]
+        return [f"evaluated on n examples per task: {next(iter(sizes.values()))}; {what}"]
+    return [*(f"{label}: evaluated on {text}" for label, text in sizes.items()), what]
+
+
+def _distinct_notes(runs: Sequence[RunSummary], labels: Sequence[str]) -> list[str]:
+    """Per evaluated run, how many distinct completions each task's rows hold (and the
+    baseline's), where eval/metrics.json counts them."""
+    notes = []
+    for run, label in zip(runs, labels, strict=True):
+        parts = []
+        tasks = _dig(run.evaluation, "tasks")
+        for task in _task_order(tasks if isinstance(tasks, dict) else ()):
+            size = task_size(run, task)
+            if size is None or size.distinct is None:
+                continue
+            base = ("" if size.baseline_distinct is None
+                    else f" (baseline {size.baseline_distinct})")
+            parts.append(f"{task} {size.distinct} of {size.rows or size.n}{base}")
+        if parts:
+            notes.append(f"{label}: distinct completions: {', '.join(parts)}")
+    return notes
 
 
 # ---------------------------------------------------------------- renderings
+
+
+class Cell(NamedTuple):
+    """One cell of a rendered table; `strong` (bold) where its interval excludes 0."""
+
+    text: str
+    strong: bool = False
+
+
+class Line(NamedTuple):
+    """One line of a rendered table: the run's (or method's) identity, then one Cell per
+    column; `path` is the run directory (the HTML's tooltip), '' for a pooled line."""
+
+    method: str
+    seed: str
+    run: str
+    path: str
+    cells: list[Cell]
+
+
+class Grid(NamedTuple):
+    """A table to render in markdown (`grid_markdown`) or HTML (`report.page.grid_html`):
+    the columns after method, seed and run, the lines, and a sentence saying what it holds."""
+
+    columns: tuple[Column, ...]
+    lines: list[Line]
+    intro: str = ""
+
+
+def _seed(seed: int | None) -> str:
+    return MISSING if seed is None else str(seed)
+
+
+def value_grid(table: MethodTable) -> Grid:
+    """The method table: each cell the value, with its interval and n where it has one."""
+    lines = [Line(row.method, _seed(row.seed), row.run, row.path,
+                  [Cell(c.text(row.values.get(c.key), row.intervals.get(c.key),
+                               size=row.size_text(c.key))) for c in table.columns])
+             for row in table.rows]
+    return Grid(table.columns, lines)
+
+
+CHANGE_INTRO = ("Change against the baseline, paired on the same examples (WinRate: its "
+                "distance from 50 %); **bold** where the 95 % interval excludes 0")
+POOLED_INTRO = ("; a method's row `over S seeds` pools its runs' changes: each seed's value, "
+                "then from 3 seeds the mean with its interval over seeds and examples "
+                "(two-level bootstrap), else how many seeds' intervals exclude 0")
+
+
+def pooled_line(columns: Sequence[Column], pooled: PooledRow) -> Line:
+    """A method's line pooled over its training seeds: each column's `Column.pooled_text`,
+    or the error in the first cell."""
+    run = f"over {len(pooled.seeds)} seeds"
+    if pooled.error is not None:
+        cells = [Cell(pooled.error), *(Cell("") for _ in columns[1:])]
+        return Line(pooled.method, pooled.label, run, "", cells)
+    cells = [Cell(c.pooled_text(found, pooled.seeds), pooled.significant(c.key))
+             if (found := pooled.cells.get(c.key)) is not None else Cell(MISSING)
+             for c in columns]
+    return Line(pooled.method, pooled.label, run, "", cells)
+
+
+def with_pooled(lines: list[Line], columns: Sequence[Column], pooled: Sequence[PooledRow]
+                ) -> list[Line]:
+    """`lines` (grouped by method) with each method's pooled line after its last one."""
+    out = list(lines)
+    for found in pooled:
+        at = max((i for i, line in enumerate(out) if line.method == found.method),
+                 default=len(out) - 1)
+        out.insert(at + 1, pooled_line(columns, found))
+    return out
+
+
+def change_grid(table: MethodTable) -> Grid | None:
+    """Each run's paired change against its baseline (with n and the distinct completions
+    of both), and each method's pooled over its seeds; None when no run has one."""
+    changed = tuple(c for c in table.columns
+                    if any(c.key in row.changes for row in table.rows)
+                    or any(c.key in p.cells for p in table.pooled))
+    if not changed:
+        return None
+    lines = []
+    for row in table.rows:
+        cells = []
+        for c in changed:
+            found = row.changes.get(c.key)
+            cells.append(Cell(MISSING) if found is None else Cell(
+                c.text(found[0], found[1:], signed=True,
+                       size=row.size_text(c.key, against_baseline=True)),
+                row.significant(c.key)))
+        lines.append(Line(row.method, _seed(row.seed), row.run, row.path, cells))
+    intro = CHANGE_INTRO + (POOLED_INTRO if table.pooled else "")
+    return Grid(changed, with_pooled(lines, changed, table.pooled), intro)
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def grid_markdown(grid: Grid) -> list[str]:
+    """The grid as GitHub markdown table lines (bold where a cell is `strong`)."""
+    out = ["| method | seed | run | " + " | ".join(c.header for c in grid.columns) + " |",
+           "|---|---:|---|" + "---:|" * len(grid.columns)]
+    for line in grid.lines:
+        cells = [line.method, line.seed, line.run,
+                 *(f"**{c.text}**" if c.strong else c.text for c in line.cells)]
+        out.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return out
+
+
 def to_markdown(table: MethodTable) -> str:
-    """The table as a GitHub markdown table ("—" for a missing value), then the notes as a
-    list."""
-    columns, rows, notes = table
-    header = ["method", "seed", "run", *(c.header for c in columns)]
-    lines = ["| " + " | ".join(header) + " |",
-             "|---|---:|---|" + "---:|" * len(columns)]
-    for row in rows:
-        cells = [row.method, MISSING if row.seed is None else str(row.seed), row.run,
-                 *(c.text(row.values.get(c.key), row.intervals.get(c.key)) for c in columns)]
-        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
-    changed = [c for c in columns if any(c.key in row.changes for row in rows)]
-    if changed:
-        lines += ["", "Change against the baseline, paired on the same examples (WinRate: "
-                  "its distance from 50 %); **bold** where the 95 % interval excludes 0:", "",
-                  "| method | seed | run | " + " | ".join(c.header for c in changed) + " |",
-                  "|---|---:|---|" + "---:|" * len(changed)]
-        for row in rows:
-            cells = [row.method, MISSING if row.seed is None else str(row.seed), row.run]
-            for c in changed:
-                found = row.changes.get(c.key)
-                text = MISSING if found is None else c.text(found[0], found[1:], signed=True)
-                cells.append(f"**{text}**" if row.significant(c.key) else text)
-            lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
-    if notes:
+    """The table as a GitHub markdown table ("—" for a missing value), the changes against
+    the baseline, then the notes as a list."""
+    lines = grid_markdown(value_grid(table))
+    changes = change_grid(table)
+    if changes is not None:
+        lines += ["", changes.intro + ":", "", *grid_markdown(changes)]
+    if table.notes:
         lines.append("")
-        lines.extend(f"- {_cell(note)}" for note in notes)
+        lines.extend(f"- {_cell(note)}" for note in table.notes)
     return "\n".join(lines) + "\n"
 
 
@@ -510,8 +738,9 @@ def legend_markdown(columns: Sequence[Column]) -> str:
 def to_dict(table: MethodTable) -> dict[str, Any]:
     """The table as plain data: the columns (key, header, unit, digits, description), one
     object per row with each column's key holding the shown value (rounded, in the column's
-    unit; null where missing), and the notes."""
-    columns, rows, notes = table
+    unit; null where missing), its interval, change against the baseline and size, each
+    method's change pooled over its seeds, and the notes."""
+    columns, rows, notes, pooled = table
     return {
         "format": 1,
         "columns": [{"key": c.key, "header": c.header, "task": c.task,
@@ -524,10 +753,31 @@ def to_dict(table: MethodTable) -> dict[str, Any]:
                   "vs_baseline": {k: {"value": c.display(row.changes[k][0]),
                                       "interval": [c.display(v) for v in row.changes[k][1:]],
                                       "significant": row.significant(k)}
-                                  for c in columns if (k := c.key) in row.changes}}
+                                  for c in columns if (k := c.key) in row.changes},
+                  "sizes": {k: asdict(size) for k, size in row.sizes.items()}}
                  for row in rows],
+        "pooled_vs_baseline": [_pooled_dict(columns, found) for found in pooled],
         "notes": list(notes),
     }
+
+
+def _pooled_dict(columns: Sequence[Column], pooled: PooledRow) -> dict[str, Any]:
+    """A method's change over seeds as data, in the columns' units: per column key the
+    per-seed values, the pooled value and interval (null below 3 seeds) and the verdict."""
+    out: dict[str, Any] = {"method": pooled.method, "seeds": list(pooled.seeds)}
+    if pooled.error is not None:
+        return {**out, "error": pooled.error}
+    for c in columns:
+        found = pooled.cells.get(c.key)
+        if found is None:
+            continue
+        whole = found.pooled
+        out[c.key] = {"per_seed": [c.display(i.value) for i in found.per_seed],
+                      "pooled": None if whole is None else {
+                          "value": c.display(whole.value),
+                          "interval": [c.display(whole.low), c.display(whole.high)]},
+                      "verdict": found.verdict()}
+    return out
 
 
 def to_json(table: MethodTable) -> str:

@@ -63,6 +63,9 @@ class Task(ABC):
     sft_corpus: ClassVar[str] = ""
     headline: ClassVar[tuple[str, ...]] = ()  # the metrics an evaluation table shows first
     form: ClassVar[tuple[str, ...]] = ()  # the metrics that say answers are in form (hargo sft)
+    # metrics that are maxima: reported as points, never with an interval (a bootstrap of a
+    # maximum cannot exceed the observed one: its upper end is the value itself)
+    points: ClassVar[tuple[str, ...]] = ()
     # generation budget: tokens a completion may take (None = rollout.max_new_tokens) and stop
     # strings of its own (config.generation_budget; a TaskSpec may set either)
     max_new_tokens: ClassVar[int | None] = None

@@ -36,6 +36,7 @@ MAX_SIZE = 1 << 14  # the bench's bound on each dimension (bench.result.Problem.
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FIELDS = ("name", "M", "N", "K", "description")
 REQUIRED = ("name", "M", "N", "K")
+FAST_P = (0.25, 0.5, 1.0)  # fast_p thresholds: speed as a multiple of the in-run reference
 # what each technique name means, in the prompt (names: bench.techniques.TECHNIQUES)
 TECHNIQUE_TEXT = {
     "openmp": "OpenMP threads",
@@ -136,7 +137,8 @@ class Gemm(Task):
     remote = True
     staged = True
     sft_corpus = "hargo_hpc.tasks.corpus:sft_examples"
-    headline = ("ok_share", "reward_mean", "gflops_max", "ratio_max")
+    headline = ("ok_share", "reward_mean", "fast_0.5", "log2_ratio_mean", "gflops_max")
+    points = ("gflops_max", "ratio_max")
     form = ("compiled_share", "ok_share")  # a kernel that compiles (and passes)
     eval_samples = 4  # sampled kernels per held-out problem (a greedy one says little)
 
@@ -233,6 +235,11 @@ class Gemm(Task):
         warm start must teach); gflops_mean, gflops_max: mean and max of the median GFLOPS
         (`gflops.median`) of ok runs that are not `suspicious`; ratio_mean: mean of their
         `ratio` (the speed over the in-run reference, median of per-pair ratios: bench.reward);
+        fast_p for p in `FAST_P` (KernelBench's fast_p, per kernel): the share of the scored
+        kernels that are ok, not suspicious, and at least p times the reference's speed
+        (ratio >= p); log2_ratio_mean: the mean of log2(ratio) over the ok, not suspicious
+        kernels (the geometric-mean speed against the reference, in doublings: -1 is half its
+        speed); the maxima are points (`points`: no interval);
         reward_mean: mean reward of the scored records; suspicious: ok runs flagged so;
         statuses: count of every status in bench.status.STATUSES (zeros included); techniques /
         techniques_ok: count of records (all / ok) whose `techniques` list each technique.
@@ -268,7 +275,7 @@ class Gemm(Task):
             median = speeds.get("median") if isinstance(speeds, Mapping) else None
             if _number(median):
                 gflops.append(float(median))
-            if _number(record.get("ratio")):
+            if _number(record.get("ratio")) and record["ratio"] > 0:
                 ratios.append(float(record["ratio"]))
         scored = len(predictions) - sum(statuses[s] for s in UNSCORED)
         return {
@@ -281,6 +288,10 @@ class Gemm(Task):
             "gflops_max": max(gflops) if gflops else None,
             "ratio_mean": sum(ratios) / len(ratios) if ratios else None,
             "ratio_max": max(ratios) if ratios else None,
+            **{f"fast_{p:g}": sum(1 for q in ratios if q >= p) / scored if scored else None
+               for p in FAST_P},
+            "log2_ratio_mean": (sum(math.log2(q) for q in ratios) / len(ratios)
+                                if ratios else None),
             "reward_mean": sum(rewards) / len(rewards) if rewards else None,
             "suspicious": suspicious,
             "statuses": statuses,

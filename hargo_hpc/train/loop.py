@@ -198,8 +198,6 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     engine = build_run_engine(config, policy, accum, t.steps * t.num_iterations * opt_steps,
                               paths.root, sft_steps=config.sft.steps)
     reference = place_reference(config, reference, engine.device)
-    if env.world_size > 1:  # each rank samples its own completions (weights are loaded already)
-        torch.manual_seed(config.run.seed + 7919 * env.rank)
     weights = {spec.name: spec.weight for spec in config.data.tasks}
     try:
         sampler = MixtureSampler(data.train, weights, seed=config.run.seed)

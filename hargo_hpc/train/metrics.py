@@ -51,8 +51,8 @@ STEP_KEYS: tuple[str, ...] = (
     "num_tokens", "tokens_per_s",
     *(f"timing_s/{phase}" for phase in PHASES), "timing_s/reward_wait", "timing_s/step",
 )
-TASK_KEYS = ("count", "reward_mean", "reward_std", "completion_length", "weight_mean",
-             "weight_min", "weight_max", "weight_share", "adv_share")
+TASK_KEYS = ("count", "reward_mean", "reward_std", "contrast_share", "completion_length",
+             "weight_mean", "weight_min", "weight_max", "weight_share", "adv_share")
 SFT_KEYS = ("step", "loss", "nll", "tokens", "sequences", "grad_norm", "learning_rate",
             "timing_s/step")
 TIMING_PREFIX = "timing_s/"
@@ -127,16 +127,26 @@ def reward_stats(rewards: Sequence[float], scored: Sequence[bool], groups: Seque
     of groups (prompts) with a scored completion whose scored rewards all agree (std 0: no
     learning signal for a group-relative estimator)."""
     kept = [r for r, s in zip(rewards, scored, strict=True) if s]
-    by_group: dict[int, list[float]] = {}
-    for r, s, g in zip(rewards, scored, groups, strict=True):
-        if s:
-            by_group.setdefault(g, []).append(r)
-    flat = [len(set(v)) <= 1 for v in by_group.values()]
+    contrast = contrast_share(rewards, scored, groups)
     return {
         "reward": _mean(kept),
         "reward_std": _std(kept),
-        "frac_reward_zero_std": (sum(flat) / len(flat)) if flat else None,
+        "frac_reward_zero_std": None if contrast is None else 1.0 - contrast,
     }
+
+
+def contrast_share(rewards: Sequence[float], scored: Sequence[bool], groups: Sequence[int]
+                   ) -> float | None:
+    """The share of groups (prompts) with a scored completion whose scored rewards are not all
+    equal: the groups a group-relative estimator learns from (a flat group's advantages are
+    all 0). None without a scored group."""
+    by_group: dict[int, set[float]] = {}
+    for r, s, g in zip(rewards, scored, groups, strict=True):
+        if s:
+            by_group.setdefault(g, set()).add(r)
+    if not by_group:
+        return None
+    return sum(len(v) > 1 for v in by_group.values()) / len(by_group)
 
 
 def completion_stats(lengths: Sequence[int], truncated: Sequence[bool]) -> dict[str, float]:
@@ -151,10 +161,11 @@ def completion_stats(lengths: Sequence[int], truncated: Sequence[bool]) -> dict[
 
 def task_stats(
     tasks: Sequence[str], rewards: Sequence[float], scored: Sequence[bool],
-    lengths: Sequence[int], weights: Sequence[float] | None,
+    groups: Sequence[int], lengths: Sequence[int], weights: Sequence[float] | None,
 ) -> dict[str, float | None]:
-    """Per task t: `tasks/<t>/count` (completions), reward mean/std over the scored ones, mean
-    completion length, and the HARGO weight mean/min/max (None without weights)."""
+    """Per task t: `tasks/<t>/count` (completions), reward mean/std over the scored ones, the
+    share of its groups with reward contrast (`contrast_share`), mean completion length, and
+    the HARGO weight mean/min/max (None without weights)."""
     out: dict[str, float | None] = {}
     for name in dict.fromkeys(tasks):
         rows = [i for i, t in enumerate(tasks) if t == name]
@@ -163,6 +174,8 @@ def task_stats(
         out[prefix + "count"] = float(len(rows))
         out[prefix + "reward_mean"] = _mean(kept)
         out[prefix + "reward_std"] = _std(kept)
+        out[prefix + "contrast_share"] = contrast_share(
+            [rewards[i] for i in rows], [scored[i] for i in rows], [groups[i] for i in rows])
         out[prefix + "completion_length"] = _mean([float(lengths[i]) for i in rows])
         w = [weights[i] for i in rows] if weights is not None else []
         out[prefix + "weight_mean"] = _mean(w)

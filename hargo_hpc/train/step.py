@@ -6,7 +6,9 @@ One step, in verl's phase names (each timed as `timing_s/<phase>`; the functions
     gen           draw prompts_per_step prompts (the task mixture), template them (a GEMM
                   problem's at its SQD stage, with sqd.enabled), sample G completions of each
                   within its task's generation budget (the generation backend; ZeRO-3 weights
-                  gathered once)
+                  gathered once); row g of the step's prompt i draws its own stream,
+                  `derive_seed(derive_seed(run.seed, "rollout", step, i), g)`, so the
+                  completions do not depend on how many ranks share the step
     reward        `submit_rewards` at the end of `start_step` (GEMM requests go to the bench,
                   each with its stage's forbidden techniques; text tasks in process), then
                   `collect_rewards` (unscored ones are dropped from the loss and counted; SQD
@@ -52,7 +54,7 @@ from hargo_hpc.train.phases import (
     submit_rewards,
     update_actor,
 )
-from hargo_hpc.train.rollout.generate import Generations
+from hargo_hpc.train.rollout.generate import Generations, derive_seed
 from hargo_hpc.train.rollout.generated import Rollout
 from hargo_hpc.train.run import LoopState, RunContext, TrainError
 from hargo_hpc.train.step_record import rollout_rows, step_record
@@ -85,8 +87,10 @@ def start_step(ctx: RunContext, state: LoopState, step: int) -> Rollout:
         prompts = [ctx.prompt_of(e, stage) for e, stage in zip(everything, stages, strict=True)]
         share = len(everything) // world
         mine = slice(rank * share, (rank + 1) * share)
+        seeds = [derive_seed(ctx.config.run.seed, "rollout", step, i)
+                 for i in range(len(everything))]
         gen = ctx.backend.generate(prompts[mine], G,
-                                   [ctx.sampling_of(e) for e in everything[mine]])
+                                   [ctx.sampling_of(e) for e in everything[mine]], seeds[mine])
     texts = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
     with timer("old_log_prob"):
         old = policy_logprobs(ctx, ctx.engine.module, gen) if ctx.needs_old else None

@@ -31,7 +31,8 @@ def step_record(rollout: Rollout, rows: StepRows, rewards: Rewards, adv: Advanta
     length_list = [int(n) for n in rows.lengths.cpu()]
     record: dict[str, Any] = dict.fromkeys(m.STEP_KEYS)
     record.update(step=rollout.step, optimizer_steps=optimizer_steps, learning_rate=lr)
-    record.update(m.reward_stats(task_list, scored_list, [int(g) for g in rows.groups.cpu()]))
+    group_list = [int(g) for g in rows.groups.cpu()]
+    record.update(m.reward_stats(task_list, scored_list, group_list))
     record.update({
         "reward_shaped": m.masked_mean(adv.rewards, rewards.scored.float()),
         "rewards/scored": float(sum(scored_list)),
@@ -51,7 +52,8 @@ def step_record(rollout: Rollout, rows: StepRows, rewards: Rewards, adv: Advanta
     weight_list = m.per_row(adv.weights)
     kept_weights = None if weight_list is None else [
         w if k else None for w, k in zip(weight_list, keep_list, strict=True)]
-    record.update(task_stats(labels, task_list, scored_list, length_list, kept_weights))
+    record.update(task_stats(labels, task_list, scored_list, group_list, length_list,
+                             kept_weights))
     if adv.weights is not None:
         for name, share in task_weight_shares(labels, adv.weights, adv.advantages,
                                               adv.keep).items():
@@ -103,10 +105,10 @@ def rollout_rows(rollout: Rollout, rows: StepRows, rewards: Rewards,
     } for i, example in enumerate(rows.rows)]
 
 
-def task_stats(tasks: list[str], rewards: list[float], scored: list[bool],
+def task_stats(tasks: list[str], rewards: list[float], scored: list[bool], groups: list[int],
                lengths: list[int], weights: list[float | None] | None) -> dict[str, Any]:
     """Per-task statistics; weights only over the rows in the loss (None elsewhere)."""
-    out = m.task_stats(tasks, rewards, scored, lengths, None)
+    out = m.task_stats(tasks, rewards, scored, groups, lengths, None)
     if weights is not None:
         for name in dict.fromkeys(tasks):
             w = [x for x, t in zip(weights, tasks, strict=True) if t == name and x is not None]

@@ -82,3 +82,54 @@ def test_text_and_json() -> None:
     assert Interval.from_json(interval.to_json()) == interval
     empty = bootstrap(mean_metric([]), 0)
     assert empty.n == 0 and math.isnan(empty.low)
+
+
+def test_pooling_over_seeds_counts_the_run_to_run_spread() -> None:
+    """Three seeds whose changes are exact on every example (no example noise) but differ from
+    seed to seed: +0.1, +0.2, +0.3. Each seed's own interval has zero width and excludes 0;
+    the pooled interval must span the seeds' spread (a resample of the seeds can be all +0.1
+    or all +0.3), and its point is the mean, 0.2."""
+    from hargo_hpc.eval.intervals import over_seeds
+
+    changes = [(mean_metric([c] * 50), 50) for c in (0.1, 0.2, 0.3)]
+    found = over_seeds(changes, seed=3)
+    assert [round(i.value, 6) for i in found.per_seed] == [0.1, 0.2, 0.3]
+    assert all(i.high - i.low < 1e-12 for i in found.per_seed)
+    assert found.pooled is not None and found.pooled.value == pytest.approx(0.2)
+    assert found.pooled.low < 0.15 and found.pooled.high > 0.25  # the seeds' spread shows
+    assert found.pooled.low >= 0.1 - 1e-12 and found.pooled.high <= 0.3 + 1e-12
+    assert found.verdict() == "better"
+    # t interval by hand: mean 0.2, sd 0.1, t(2, 0.975) = 4.303: 0.2 ± 0.248
+    assert found.t is not None
+    assert found.t.low == pytest.approx(0.2 - 4.3027 * 0.1 / math.sqrt(3), abs=1e-3)
+
+
+def test_seeds_that_disagree_in_sign_make_no_pooled_claim() -> None:
+    """Seed 0 +0.2, seed 1 −0.2, seed 2 +0.05, each decisive over its own examples: pooled over
+    the seeds the interval holds 0 ("no change shown"), the per-seed intervals stay decisive."""
+    from hargo_hpc.eval.intervals import over_seeds
+
+    changes = [(mean_metric([c] * 40), 40) for c in (0.2, -0.2, 0.05)]
+    found = over_seeds(changes)
+    assert all(i.excludes_zero() for i in found.per_seed)
+    assert found.pooled is not None and not found.pooled.excludes_zero()
+    assert found.verdict() == "no change shown"
+
+
+def test_too_few_seeds_are_stated_per_seed() -> None:
+    from hargo_hpc.eval.intervals import over_seeds
+
+    found = over_seeds([(mean_metric([0.3, 0.1] * 20), 40), (mean_metric([0.1, -0.1] * 20), 40)])
+    assert found.pooled is None and found.seeds == 2
+    assert found.verdict() == "better in 1 of 2 seeds (too few to pool)"
+    assert found.to_json()["pooled"] is None
+
+
+def test_pooling_also_resamples_each_seeds_examples() -> None:
+    """Three identical seeds (no run-to-run spread) whose examples are noisy: the pooled
+    interval is not zero-width, it carries the examples' noise."""
+    from hargo_hpc.eval.intervals import over_seeds
+
+    noisy = mean_metric(list(np.random.default_rng(0).normal(0, 1, 60)))
+    found = over_seeds([(noisy, 60)] * 3)
+    assert found.pooled is not None and found.pooled.high - found.pooled.low > 0.2

@@ -125,7 +125,8 @@ def runs(tmp_path: Path) -> list[Path]:
             "plp_qa": {"n": 20, "similarity": 0.71234, "mean_chars": 80.0},
             "gemm": {"n": 8, "scored": 8, "ok_share": 0.75, "gflops_mean": 8.0,
                      "gflops_max": 12.345, "ratio_mean": 0.3, "ratio_max": 0.4567,
-                     "reward_mean": 20.0, "statuses": {"ok": 6, "compile_error": 2}}},
+                     "fast_0.5": 0.125, "log2_ratio_mean": -1.7371, "reward_mean": 20.0,
+                     "statuses": {"ok": 6, "compile_error": 2}}},
             winrate=0.625),
         sqd=[sqd_result(1, "scalar", "ok", 3.0), sqd_result(1, "scalar", "compile_error", None),
              sqd_result(2, "blocking", "ok", 7.5), sqd_result(2, "blocking", "ok", 6.0)])
@@ -152,7 +153,8 @@ def test_table_rows_sorted_and_values_hand_computed(runs: list[Path]) -> None:
         "winrate": "62.50", "race_c_f1": "91.30", "race_c_adj_f1": "86.74",
         "race_fortran_f1": MISSING, "race_fortran_adj_f1": MISSING, "mlperf_em": "35.00",
         "mlperf_f1": "51.23", "mlperf_over_40": "10.00", "plp_similarity": "0.712",
-        "gemm_ok": "75.00", "gemm_best_gflops": "12.3", "gemm_best_ratio": "45.67",
+        "gemm_ok": "75.00", "gemm_fast_0.5": "12.50", "gemm_log2_ratio": "-1.74",
+        "gemm_reward": "20.000", "gemm_best_gflops": "12.3", "gemm_best_ratio": "45.67",
         "last_reward": "0.432"}
     # grpo s1: no GEMM, a null adjusted F1, no WinRate; its step 2 was written twice: the last wins
     assert shown["grpo1"]["race_c_f1"] == "80.00"
@@ -184,7 +186,8 @@ def test_markdown_and_json_renderings(runs: list[Path]) -> None:
     assert lines[0].startswith("| method | seed | run | WinRate (%) | C F1 (%) |")
     assert lines[1].startswith("|---|---:|---|---:|")
     assert lines[4] == ("| hargo | 0 | mix-hargo | 62.50 | 91.30 | 86.74 | — | — | 35.00 | "
-                        "51.23 | 10.00 | 0.712 | 75.00 | 12.3 | 45.67 | 0.432 |")
+                        "51.23 | 10.00 | 0.712 | 75.00 | 12.50 | -1.74 | 20.000 | 12.3 | 45.67 | "
+                        "0.432 |")
     assert "- gemm: not a task of grpo s0, grpo s1; its columns are empty there" in lines
     data = json.loads(to_json(table))
     assert data == to_dict(table)
@@ -320,7 +323,8 @@ def test_help_explains_the_columns() -> None:
     done = CliRunner().invoke(main, ["report", "--help"])
     assert done.exit_code == 0
     for text in ("WinRate (%)", "C F1, C adj. F1", "MLPerf >40 chars", "PLP similarity",
-                 "GEMM best of ref.", "last reward", "--json", "-o, --output"):
+                 "GEMM best of ref.", "GEMM fast_0.5", "GEMM log2 speed    ", "last reward",
+                 "--json", "-o, --output"):
         assert text in done.output
 
 
@@ -344,30 +348,156 @@ def test_the_table_and_the_command_load_neither_torch_nor_matplotlib() -> None:
     assert json.loads(done.stdout) == []
 
 
-def test_cells_show_intervals_and_significant_changes_are_bold(tmp_path: Path) -> None:
-    """Format 2: a cell is the value and its interval (in the column's unit), the change
-    table holds the paired change against the baseline, bold where it excludes 0; WinRate's
-    change is its distance from 50 %."""
-    evaluation = {
+RACE_CONFIG = ('[run]\nname = "r"\n[algorithm]\nname = "hargo"\n'
+               '[[data.tasks]]\nname = "data_race_c"\n')
+
+
+def race_eval() -> dict[str, Any]:
+    return {
         "format": 2, "tasks": {"data_race_c": {
-            "n": 200, "f1": 0.6, "adjusted_f1": 0.5,
+            "n": 200, "rows": 200, "distinct": 2, "f1": 0.6, "adjusted_f1": 0.5,
             "intervals": {"f1": {"value": 0.6, "low": 0.52, "high": 0.68, "n": 200}},
+            "baseline": {"f1": 0.5, "distinct": 2},
             "vs_baseline": {"f1": {"value": 0.1, "low": 0.02, "high": 0.18, "n": 200},
                             "adjusted_f1": {"value": 0.05, "low": -0.01, "high": 0.11,
                                             "n": 200}}}},
         "winrate": {"baseline": "sft", "judge": "auto", "overall": {
-            "n": 200, "wins": 60, "ties": 100, "losses": 40, "win_rate": 0.55,
-            "interval": {"value": 0.55, "low": 0.51, "high": 0.59, "n": 200}}}}
-    run = write_run(tmp_path / "r", config='[run]\nname = "r"\n[algorithm]\nname = "hargo"\n'
-                    '[[data.tasks]]\nname = "data_race_c"\n', evaluation=json.dumps(evaluation))
+            "n": 150, "wins": 45, "ties": 75, "losses": 30, "win_rate": 0.55,
+            "interval": {"value": 0.55, "low": 0.51, "high": 0.59, "n": 150}}}}
+
+
+def test_cells_show_intervals_and_significant_changes_are_bold(tmp_path: Path) -> None:
+    """Format 2: a cell is the value, its interval (in the column's unit) and n, the change
+    table holds the paired change against the baseline, bold where it excludes 0; WinRate's
+    change is its distance from 50 % and its n the judged pairs."""
+    run = write_run(tmp_path / "r", config=RACE_CONFIG, evaluation=json.dumps(race_eval()))
     table = method_table(load_runs([run]))
     text = to_markdown(table)
-    assert "| 60.00 [52.00, 68.00] |" in text  # C F1, in percent
-    assert "| 55.00 [51.00, 59.00] |" in text  # WinRate
-    assert "**+10.00 [+2.00, +18.00]**" in text  # C F1's change excludes 0
-    assert "| +5.00 [-1.00, +11.00] |" in text  # adjusted F1's does not: not bold
-    assert "**+5.00 [+1.00, +9.00]**" in text  # WinRate 55 % [51, 59]: beats an even match
+    assert "| 60.00 [52.00, 68.00] (n=200) |" in text  # C F1, in percent
+    assert "| 55.00 [51.00, 59.00] (n=150) |" in text  # WinRate: its pairs
+    assert "**+10.00 [+2.00, +18.00] (n=200)**" in text  # C F1's change excludes 0
+    assert "| +5.00 [-1.00, +11.00] (n=200) |" in text  # adjusted F1's does not: not bold
+    assert "**+5.00 [+1.00, +9.00] (n=150)**" in text  # WinRate 55 % [51, 59]: beats 50 %
     assert "evaluated on n examples per task: data_race_c 200" in text
+    assert "hargo s?: distinct completions: data_race_c 2 of 200 (baseline 2)" in text
     row = to_dict(table)["rows"][0]
     assert row["vs_baseline"]["race_c_f1"] == {"value": 10.0, "interval": [2.0, 18.0],
                                                "significant": True}
+    assert row["sizes"]["race_c_f1"] == {"n": 200, "rows": 200, "distinct": 2,
+                                         "baseline_distinct": 2}
+
+
+def test_the_html_cells_show_the_interval_and_n(tmp_path: Path) -> None:
+    """The page's method table holds what its note promises (value, interval, n), and the
+    change table is there too, bold as <strong>."""
+    run = write_run(tmp_path / "r", config=RACE_CONFIG, evaluation=json.dumps(race_eval()))
+    page = render_page(method_table(load_runs([run])), [])
+    assert '<td class="num">60.00 [52.00, 68.00] (n=200)</td>' in page
+    assert '<td class="num">55.00 [51.00, 59.00] (n=150)</td>' in page
+    assert "<h2>Change against the baseline</h2>" in page
+    assert '<td class="num"><strong>+10.00 [+2.00, +18.00] (n=200)</strong></td>' in page
+
+
+def gemm_eval(**extra: Any) -> dict[str, Any]:
+    """GEMM: 12 problems × 8 kernels, 26 of the 96 distinct (30 of the baseline's); an older
+    evaluation's intervals and changes of the maxima, which the report must ignore."""
+    interval = {"value": 0.25, "low": 0.1, "high": 0.4, "n": 12}
+    return {"format": 2, "tasks": {"gemm": {
+        "n": 12, "rows": 96, "distinct": 26, "ok_share": 0.5, "fast_0.5": 0.25,
+        "log2_ratio_mean": -1.5, "reward_mean": 0.75, "gflops_max": 12.345, "ratio_max": 0.4567,
+        "intervals": {"fast_0.5": interval, "log2_ratio_mean": {
+            "value": -1.5, "low": -2.0, "high": -1.0, "n": 12},
+            "reward_mean": {"value": 0.75, "low": 0.5, "high": 1.0, "n": 12},
+            "gflops_max": {"value": 12.345, "low": 8.0, "high": 12.345, "n": 12},
+            "ratio_max": {"value": 0.4567, "low": 0.3, "high": 0.4567, "n": 12}},
+        "baseline": {"distinct": 30},
+        "vs_baseline": {"fast_0.5": {"value": 0.2, "low": 0.05, "high": 0.35, "n": 12},
+                        "gflops_max": {"value": 2.0, "low": 1.0, "high": 3.0, "n": 12}},
+        **extra}}}
+
+
+def test_maxima_are_points_and_gemm_cells_count_distinct_kernels(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "g", config=config_toml("hargo", 0, ("gemm",), "g"),
+                    evaluation=json.dumps(gemm_eval()))
+    table = method_table(load_runs([run]))
+    row = table.rows[0]
+    cells = {c.key: c.text(row.values[c.key], row.intervals.get(c.key),
+                           size=row.size_text(c.key)) for c in table.columns}
+    assert cells["gemm_best_gflops"] == "12.3" and cells["gemm_best_ratio"] == "45.67"
+    assert cells["gemm_fast_0.5"] == "25.00 [10.00, 40.00] (n=12, 26 distinct of 96)"
+    assert cells["gemm_log2_ratio"] == "-1.50 [-2.00, -1.00] (n=12, 26 distinct of 96)"
+    assert cells["gemm_reward"] == "0.750 [0.500, 1.000] (n=12, 26 distinct of 96)"
+    text = to_markdown(table)
+    assert "**+20.00 [+5.00, +35.00] (n=12, 26 distinct of 96, baseline 30)**" in text
+    assert "GEMM best GFLOPS" not in text.split("Change against the baseline")[1]
+    assert "hargo s0: distinct completions: gemm 26 of 96 (baseline 30)" in text
+    data = to_dict(table)["rows"][0]
+    assert {"gemm_best_gflops", "gemm_best_ratio"}.isdisjoint(
+        {*data["intervals"], *data["vs_baseline"]})
+
+
+def test_the_point_columns_are_the_tasks_points() -> None:
+    from hargo_hpc.report.table import COLUMNS
+    from hargo_hpc.tasks.registry import task_class
+
+    for column in COLUMNS:
+        if column.task is not None:
+            points = task_class(column.task).points
+            assert column.point == (column.source[-1] in points), column.key
+
+
+def write_race_predictions(run: Path, answers: list[str], baseline: list[str]) -> None:
+    """data_race_c answers of 40 examples (labels yes, no, ...) and its baseline's."""
+    folder = run / "eval" / "predictions"
+    folder.mkdir(parents=True, exist_ok=True)
+    for suffix, texts in (("", answers), (".baseline", baseline)):
+        lines = [json.dumps({"id": f"data_race_c:{i}", "sample": 0, "instruction": "q",
+                             "input": "", "output": ["yes", "no"][i % 2], "prediction": t})
+                 for i, t in enumerate(texts)]
+        (folder / f"data_race_c{suffix}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def sweep_run(root: Path, method: str, seed: int, right: int) -> Path:
+    """A run of `method` and `seed` whose answers get the first `right` of the 20 'yes'
+    examples right (its baseline answers 'no' throughout)."""
+    answers = ["no"] * 40
+    for i in range(0, 2 * right, 2):
+        answers[i] = "yes"
+    run = write_run(root / f"{method}-{seed}", config=config_toml(method, seed, ("data_race_c",),
+                                                                   f"{method}-{seed}"),
+                    evaluation=json.dumps({"format": 2, "tasks": {"data_race_c": {
+                        "n": 40, "rows": 40, "distinct": 2, "accuracy": 0.5}}}))
+    write_race_predictions(run, answers, ["no"] * 40)
+    return run
+
+
+def test_a_sweep_pools_each_method_over_its_seeds(tmp_path: Path) -> None:
+    """hargo with 3 seeds: pooled with an interval over seeds; grpo with 2: the per-seed
+    statement; both against the baseline, and hargo − grpo of each seed."""
+    for seed, (hargo, grpo) in enumerate(((20, 5), (16, 4), (18, 6))):
+        sweep_run(tmp_path, "hargo", seed, hargo)
+        if seed < 2:
+            sweep_run(tmp_path, "grpo", seed, grpo)
+    out = tmp_path / "report"
+    done = CliRunner().invoke(main, ["report", *map(str, sorted(tmp_path.glob("*-*"))),
+                                     "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    text = (out / "report.md").read_text()
+    change, against = text.split("## Against grpo")
+    # F1 (every 'yes' right, recall r = right / 20): 2r / (1 + r); the baseline's is 0.
+    # hargo: 1, 0.8889, 0.9474 (mean 0.9454); grpo: 0.4, 0.3333
+    hargo = next(line for line in change.splitlines() if line.startswith("| hargo | 0, 1, 2 |"))
+    assert "| over 3 seeds | **+94.54 [" in hargo
+    assert "] (3 seeds of n=40); s0 +100.00, s1 +88.89, s2 +94.74: better**" in hargo
+    grpo = next(line for line in change.splitlines() if line.startswith("| grpo | 0, 1 |"))
+    assert "| s0 +40.00, s1 +33.33: better in 2 of 2 seeds (too few to pool) |" in grpo
+    # hargo − grpo: seeds 0 and 1 only (grpo has no seed 2): +0.6, +0.5556
+    pooled = next(line for line in against.splitlines() if "| over 2 seeds |" in line)
+    assert pooled.startswith("| hargo | 0, 1 |")
+    assert "| s0 +60.00, s1 +55.56: better in 2 of 2 seeds (too few to pool) |" in pooled
+    page = (out / "report.html").read_text()
+    assert "<h2>Against grpo</h2>" in page and "over 3 seeds" in page
+    data = json.loads((out / "report.json").read_text())
+    found = {p["method"]: p for p in data["pooled_vs_baseline"]}
+    assert found["hargo"]["race_c_adj_f1"]["pooled"]["value"] is not None
+    assert found["grpo"]["seeds"] == [0, 1] and found["grpo"]["race_c_f1"]["pooled"] is None

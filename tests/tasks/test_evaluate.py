@@ -175,3 +175,29 @@ def test_the_jobs_device_is_the_accelerators_current_one(monkeypatch: pytest.Mon
     monkeypatch.setattr(torch, "accelerator", FakeAccelerator)
     assert distributed.visible_devices() == 4
     assert distributed.job_device() == torch.device("meta", 2)
+
+
+def test_sampled_answers_are_independent_draws_per_example_and_sample(tmp_path: Path) -> None:
+    """A model that ignores its prompt (zero embeddings: the same next-token distribution
+    whatever it reads) answers two held-out examples, 3 samples each, at temperature 1: sample
+    k of example 0 differs from sample k of example 1 (each (example, sample) draws its own
+    stream; seeded alike they were copies), and answering again gives the same texts."""
+    import torch
+
+    from hargo_hpc.eval.evaluate import Answerer, TaskPlan, eval_examples
+    from hargo_hpc.train.model.models import load_policy
+
+    model, tokenizer = load_policy("tiny")
+    with torch.no_grad():
+        model.get_input_embeddings().weight.zero_()
+    model.save_pretrained(tmp_path / "blind")
+    tokenizer.save_pretrained(tmp_path / "blind")
+    config = validate_config({"data": {"tasks": [{"name": "mlperf_qa"}], "eval_fraction": 0.2}})
+    tasks, examples = eval_examples(config, "eval", 2, log=lambda _: None)
+    plan = TaskPlan(examples["mlperf_qa"][:2], 3, 12, (), do_sample=True, temperature=1.0)
+    answer = Answerer(str(tmp_path / "blind"), config, batch_size=8, log=lambda _: None)
+    texts = answer(tasks, {"mlperf_qa": plan})["mlperf_qa"]
+    assert len(texts) == 6
+    for k in range(3):
+        assert texts[k] != texts[3 + k], (k, texts)
+    assert answer(tasks, {"mlperf_qa": plan})["mlperf_qa"] == texts

@@ -78,7 +78,7 @@ class GenerationDouble:
     def __init__(self, model: Any, tokenizer: Any, **_: Any) -> None:
         self.model, self.tokenizer = model, tokenizer
 
-    def generate(self, prompts: list[str], G: int, params: Any) -> Any:
+    def generate(self, prompts: list[str], G: int, params: Any, seeds: Any = None) -> Any:
         from hargo_hpc.train.rollout.generate import Generations
 
         tok, pad = self.tokenizer, self.tokenizer.pad_token_id

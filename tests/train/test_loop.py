@@ -423,8 +423,12 @@ def test_reward_and_task_statistics_by_hand() -> None:
     assert stats["reward_std"] == pytest.approx(math.sqrt(0.7 / 4))
     assert stats["frac_reward_zero_std"] == pytest.approx(2 / 3)  # groups 1 and 2 (one row)
     tasks = ["a", "a", "b", "b", "b", "b"]
-    per = m.task_stats(tasks, rewards, scored, [3, 5, 2, 2, 9, 1], [0.5, 1.5, 1, 1, 2, 1])
+    per = m.task_stats(tasks, rewards, scored, groups, [3, 5, 2, 2, 9, 1],
+                       [0.5, 1.5, 1, 1, 2, 1])
     assert per["tasks/a/count"] == 2 and per["tasks/b/count"] == 4
+    # a's one group has contrast (1 vs 0); b's groups are flat (0.5, 0.5) or one scored row
+    assert per["tasks/a/contrast_share"] == 1.0 and per["tasks/b/contrast_share"] == 0.0
+    assert m.contrast_share([1.0], [False], [0]) is None
     assert per["tasks/a/reward_mean"] == 0.5 and per["tasks/b/reward_mean"] == pytest.approx(1 / 3)
     assert per["tasks/a/completion_length"] == 4 and per["tasks/b/completion_length"] == 3.5
     assert (per["tasks/a/weight_min"], per["tasks/a/weight_max"]) == (0.5, 1.5)

@@ -52,16 +52,16 @@ def by_id(examples: Sequence[Example]) -> dict[str, Example]:
 def test_text_tasks_are_batched_per_task_and_put_back_in_order(monkeypatch) -> None:
     race, qa = get_task("data_race_c", REWARDS), get_task("mlperf_qa", REWARDS)
     races, answers = by_id(load_examples(race, "")), by_id(load_examples(qa, ""))
-    assert (races["data_race_c:0"].label, races["data_race_c:2"].label,
-            races["data_race_c:3"].label) == ("no", "yes", "yes")  # fmt: skip
+    yes = [e.id for e in races.values() if e.label == "yes"][:2]
+    no = next(e.id for e in races.values() if e.label == "no")
     assert [answers[f"mlperf_qa:{i}"].output for i in range(3)] == [
         "PyTorch", "Example Lab South", "Fictional Cloud Co"]
     batch = [
-        (races["data_race_c:2"], "Yes, there is a data race on `sum`."),  # correct: 1
+        (races[yes[0]], "Yes, there is a data race on `sum`."),  # correct: 1
         (answers["mlperf_qa:0"], "PyTorch"),  # F1 1, short: 1
-        (races["data_race_c:0"], "yes"),  # wrong: 0
+        (races[no], "yes"),  # wrong: 0
         (answers["mlperf_qa:1"], "Example Lab North"),  # 2 of 3 tokens both ways: F1 2/3
-        (races["data_race_c:3"], "I cannot tell."),  # no yes/no word: unparsable -0.5
+        (races[yes[1]], "I cannot tell."),  # no yes/no word: unparsable -0.5
         # 7 tokens after 'the' goes, 3 of them the reference's 3: P 3/7, R 1, F1 0.6; 46
         # characters, 6 over the limit of 40: brevity 1 - 0.2 * 6/40 = 0.97
         (answers["mlperf_qa:2"], "The system was submitted by Fictional Cloud Co"),
@@ -83,7 +83,7 @@ def test_text_tasks_are_batched_per_task_and_put_back_in_order(monkeypatch) -> N
     assert result.scored == [True] * 6 and result.records == [None] * 6
     assert result.wait_s == 0.0 and result.unscored == 0 and result.statuses() == {}
     assert sorted(calls) == [  # each task once, with its share in batch order
-        ("data_race_c", ["data_race_c:2", "data_race_c:0", "data_race_c:3"]),
+        ("data_race_c", [yes[0], no, yes[1]]),
         ("mlperf_qa", ["mlperf_qa:0", "mlperf_qa:1", "mlperf_qa:2"]),
     ]
 

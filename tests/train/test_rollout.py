@@ -330,7 +330,8 @@ class ScriptedBackend:
     def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
         self.tokenizer = tokenizer
 
-    def generate(self, prompts: list[str], G: int, params: SamplingParams) -> Generations:
+    def generate(self, prompts: list[str], G: int, params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> Generations:
         eos = self.tokenizer.eos_token_id
         prompt = torch.tensor([[self.tokenizer(p)["input_ids"][0]] for p in prompts])
         raw = torch.tensor([[5, 6, eos], [7, 8, 9]] * len(prompts))[: len(prompts) * G]
@@ -467,3 +468,84 @@ def test_per_prompt_params_must_match_the_prompts(
     backend = HFGenerateBackend(*tiny)
     with pytest.raises(ValueError, match="1 SamplingParams for 2 prompts"):
         backend.generate(PROMPTS[:2], 2, [params()])
+
+
+# ---------------------------------------------------------------- a stream per row
+
+
+def prompt_blind(tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> LlamaForCausalLM:
+    """A model whose next-token distribution ignores the prompt: zero embeddings make every
+    hidden state 0, so its logits are the same (uniform) whatever it reads."""
+    model = copy.deepcopy(tiny[0])
+    with torch.no_grad():
+        model.get_input_embeddings().weight.zero_()
+    return model
+
+
+def test_with_seeds_two_prompts_sample_k_differ_for_a_model_that_ignores_the_prompt(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    """The bug this guards against: an evaluation that seeded every call alike gave sample k
+    of every example the same random stream, so a model writing the same thing whatever the
+    prompt produced copies. With a seed per prompt, each row draws its own stream: the same
+    prompt-blind model gives different completions to the two prompts' sample k, and the same
+    ones again under the same seeds (reproducible); one seed per call (the old way) gives
+    copies, which is what the per-row seeds exist to avoid."""
+    model, tok = prompt_blind(tiny), tiny[1]
+    backend = HFGenerateBackend(model, tok)
+    p = params(seed=None, max_new_tokens=12)
+    seeded = backend.generate(PROMPTS, 3, p, seeds=[11, 12])
+    for k in range(3):
+        assert seeded.texts[k] != seeded.texts[3 + k], k
+    assert len(set(seeded.texts)) == 6
+    assert backend.generate(PROMPTS, 3, p, seeds=[11, 12]).texts == seeded.texts
+    one_stream = [backend.generate([prompt], 3, params(seed=5)).texts for prompt in PROMPTS]
+    assert one_stream[0] == one_stream[1]  # copies: the same stream for each call
+
+
+def test_a_rows_completion_depends_on_its_seed_not_its_neighbours(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    """Prompt 1 with seed 12 gives the same completions alone as beside prompt 0, before or
+    after it (its rows' streams do not depend on the batch), and another seed gives others."""
+    model, tok = tiny
+    backend = HFGenerateBackend(model, tok)
+    p = params(seed=None, max_new_tokens=10)
+    alone = backend.generate([PROMPTS[1]], 2, p, seeds=[12]).texts
+    assert backend.generate(PROMPTS, 2, p, seeds=[11, 12]).texts[2:] == alone
+    assert backend.generate(PROMPTS[::-1], 2, p, seeds=[12, 11]).texts[:2] == alone
+    assert backend.generate([PROMPTS[1]], 2, p, seeds=[13]).texts != alone
+
+
+def test_the_row_sampler_draws_from_the_tempered_nucleus() -> None:
+    """RowSampler on fixed logits: the empirical frequencies of 4000 rows' argmax match
+    softmax(z / τ) within 4 standard errors, and tokens outside the top-p nucleus never win."""
+    from hargo_hpc.train.rollout.generate import RowSampler
+
+    z = torch.tensor([2.0, 1.0, 0.5, -3.0, -4.0])
+    tau, rows = 0.7, 4000
+    sampler = RowSampler(range(rows), tau, 1.0, torch.device("cpu"))
+    picked = sampler(torch.zeros(rows, 1), z.repeat(rows, 1)).argmax(dim=-1)
+    counts = torch.bincount(picked, minlength=5).double() / rows
+    expected = (z / tau).softmax(-1).double()
+    se = (expected * (1 - expected) / rows).sqrt()
+    assert ((counts - expected).abs() <= 4 * se + 1e-9).all(), (counts, expected)
+    # top-p 0.8: softmax(z/0.7) = [0.74, 0.18, 0.09, ...]: the nucleus is tokens 0 and 1
+    nucleus = RowSampler(range(rows), tau, 0.8, torch.device("cpu"))
+    picked = nucleus(torch.zeros(rows, 1), z.repeat(rows, 1)).argmax(dim=-1)
+    assert set(picked.tolist()) == {0, 1}
+
+
+def test_seeds_must_match_the_prompts(
+        tiny: tuple[LlamaForCausalLM, PreTrainedTokenizerFast]) -> None:
+    with pytest.raises(ValueError, match="1 seeds for 2 prompts"):
+        HFGenerateBackend(*tiny).generate(PROMPTS, 2, params(), seeds=[1])
+
+
+def test_derived_seeds_are_stable_and_unrelated() -> None:
+    from hargo_hpc.train.rollout.generate import derive_seed
+
+    assert derive_seed(0, "gemm", "gemm:a") == derive_seed(0, "gemm", "gemm:a")
+    assert derive_seed(0, "gemm:a") != derive_seed(0, "gemm:b") != derive_seed(1, "gemm:a")
+    assert 0 <= derive_seed(7, 3) < 2 ** 63
+    # a fixed value: the same on every machine and Python (BLAKE2b, not `hash`)
+    assert derive_seed(0, 1) == int.from_bytes(
+        __import__("hashlib").blake2b(b"0\x001", digest_size=8).digest(), "big") >> 1

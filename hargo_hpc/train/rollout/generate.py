@@ -10,6 +10,12 @@ the G completions of prompt p in rows p·G … p·G+G−1 (`group_index` = p):
                                                 the first stop string, or the last token
 
 `truncated[i]` is True when row i ran to `max_new_tokens` with neither EOS nor a stop string.
+
+Seeds: `generate(..., seeds=)` gives each prompt a seed and row g of prompt p samples from its
+own random stream, seeded `derive_seed(seeds[p], g)`: a row's completion depends on its seed
+alone, not on which prompts share its call or where it sits in the batch (what an evaluation
+needs: two examples' sample k are independent draws). Without `seeds`, rows draw from one
+stream per call (SamplingParams.seed, else the global RNG).
 `texts[i]` is the decoded completion (special tokens skipped) without the EOS, cut before the
 stop string that ended it (the stop string itself is removed, as vLLM and OpenAI do; its tokens
 stay in the mask: the policy generated them). T is the longest masked completion of the batch.
@@ -18,6 +24,8 @@ stay in the mask: the policy generated them). T is the longest masked completion
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -25,7 +33,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from hargo_hpc.train.model.logprobs import position_ids_from_mask, token_logprobs
 
@@ -128,6 +142,15 @@ class RolloutBatch(Generations):
 PromptParams = SamplingParams | Sequence[SamplingParams]
 
 
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts (a run's seed, an example's id, a sample index, a step):
+    the first 8 bytes of BLAKE2b over their reprs joined by NUL, top bit cleared. Stable across
+    processes and machines (unlike `hash`), and unrelated for neighbouring inputs (seed 7 and
+    seed 8 give unrelated streams, as two examples' ids do)."""
+    text = "\0".join(repr(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
+
+
 def group_by_params(prompts: Sequence[str], params: PromptParams
                     ) -> dict[SamplingParams, list[int]]:
     """The prompt indices of each distinct SamplingParams, in order of first appearance."""
@@ -177,9 +200,12 @@ def merge_generations(parts: Sequence[tuple[Sequence[int], Generations]], n_prom
 class GenerationBackend(Protocol):
     """What the loop needs from an inference engine."""
 
-    def generate(self, prompts: list[str], G: int, params: PromptParams) -> Generations:
+    def generate(self, prompts: list[str], G: int, params: PromptParams,
+                 seeds: Sequence[int] | None = None) -> Generations:
         """G completions of each prompt, rows grouped by prompt (module docstring); `params`
-        one SamplingParams for all, or one per prompt (each task's generation budget)."""
+        one SamplingParams for all, or one per prompt (each task's generation budget);
+        `seeds` one per prompt: row g of prompt p samples from its own stream
+        (`derive_seed(seeds[p], g)`), whatever else the call holds."""
         ...
 
 
@@ -306,31 +332,41 @@ class HFGenerateBackend:
 
     # ------------------------------------------------------------ the interface
 
-    def generate(self, prompts: list[str], G: int, params: PromptParams) -> Generations:
+    def generate(self, prompts: list[str], G: int, params: PromptParams,
+                 seeds: Sequence[int] | None = None) -> Generations:
         """`params` one SamplingParams, or one per prompt: prompts that share params are
         sampled together, one `generate` call per distinct params (a yes/no group stops at its
         few tokens instead of running to a kernel's hundreds), under one gather (ZeRO-3), in
-        order of first appearance; the rows come back in prompt order (`merge_generations`)."""
+        order of first appearance; the rows come back in prompt order (`merge_generations`).
+        `seeds`: one per prompt, each row its own stream (module docstring; `RowSampler`)."""
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise ValueError("prompts must be a non-empty list of strings")
         if G < 1:
             raise ValueError(f"G (completions per prompt) must be >= 1, got {G}")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         groups = group_by_params(prompts, params)
         with self._gathered():
-            parts = [(rows, self._generate(prompts=[prompts[i] for i in rows], G=G, params=p))
-                     for p, rows in groups.items()]
+            parts = [(rows, self._generate(
+                prompts=[prompts[i] for i in rows], G=G, params=p,
+                row_seeds=None if seeds is None else
+                [derive_seed(int(seeds[i]), g) for i in rows for g in range(G)]))
+                for p, rows in groups.items()]
         if len(parts) == 1:
             return parts[0][1]
         return merge_generations(parts, len(prompts), G, self.pad_id)
 
-    def _generate(self, *, prompts: list[str], G: int, params: SamplingParams) -> Generations:
+    def _generate(self, *, prompts: list[str], G: int, params: SamplingParams,
+                  row_seeds: list[int] | None = None) -> Generations:
         device = _device_of(self.model)
         prompt_ids, prompt_mask = self._encode(prompts, device, params.max_new_tokens)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
+        rows = (RowSampler(row_seeds, params.temperature, params.top_p, device)
+                if row_seeds is not None and params.do_sample else None)
         with _seeded(params.seed, device), _eval_mode(self.model):
             raw = self._sample(prompt_ids, prompt_mask, params,
-                               self._shared_prefill(prompt_ids, prompt_mask, G))
+                               self._shared_prefill(prompt_ids, prompt_mask, G), rows)
         completion_ids, completion_mask, truncated, texts = finish_completions(
             raw[:, prompt_ids.shape[1]:], self.eos_ids, self.pad_id, params.stop, self._decode)
         group_index = torch.arange(len(prompts), device=device).repeat_interleave(G)
@@ -381,10 +417,12 @@ class HFGenerateBackend:
         return cache
 
     def _sample(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams,
-                cache: Any = None) -> Tensor:
+                cache: Any = None, rows: RowSampler | None = None) -> Tensor:
+        """`model.generate` of the rows: sampled by transformers from one stream, or, with
+        `rows`, by the RowSampler (each row its own stream) under greedy selection."""
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
-             "top_k": 0} if params.do_sample else {"do_sample": False})
+             "top_k": 0} if params.do_sample and rows is None else {"do_sample": False})
         config = GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             eos_token_id=sorted(self.eos_ids) or None,
@@ -399,6 +437,8 @@ class HFGenerateBackend:
                                  else {"synced_gpus": self.synced_gpus})
         if cache is not None:
             extra["cache"] = cache
+        if rows is not None:
+            extra["logits_processor"] = LogitsProcessorList([rows])
         with _plain_generation_config(self.model):
             return self.model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
                                        generation_config=config, stopping_criteria=criteria,
@@ -406,6 +446,42 @@ class HFGenerateBackend:
 
     def _gathered(self) -> AbstractContextManager[Any]:
         return self.gather() if self.gather is not None else contextlib.nullcontext()
+
+
+class RowSampler(LogitsProcessor):
+    """Samples every row from its own seeded stream, for `generate` under greedy selection.
+
+    At each step, row i's scores z (the model's logits) become
+
+        y_v = z_v / τ + g_v   for v in the top-p nucleus of softmax(z / τ),   y_v = −inf else
+
+    with g_v = −log(−log u_v), u_v uniform from row i's own generator (seeded `seeds[i]`), and
+    greedy selection takes argmax_v y_v: by the Gumbel-max trick (Gumbel 1954; Maddison et al.
+    2014, "A* sampling") that token is a draw from softmax(z / τ) restricted to the nucleus and
+    renormalised, the distribution transformers' own sampling draws from. The nucleus is the
+    smallest set of the most probable tokens whose probability reaches top_p (at least one).
+    Each row's generator advances by one draw of the vocabulary per step, whatever the other
+    rows do, so a row's completion is a function of its seed (and its prompt) alone."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float,
+                 device: torch.device) -> None:
+        self.temperature, self.top_p = temperature, top_p
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if scores.shape[0] != len(self.generators):
+            raise ValueError(f"{scores.shape[0]} rows for {len(self.generators)} seeds")
+        logits = scores.float() / self.temperature
+        if self.top_p < 1:
+            ordered, order = torch.sort(logits, dim=-1, descending=True)
+            before = ordered.softmax(dim=-1).cumsum(dim=-1) - ordered.softmax(dim=-1)
+            outside = torch.zeros_like(logits, dtype=torch.bool).scatter(
+                -1, order, before >= self.top_p)  # mass of the better tokens already enough
+            logits = logits.masked_fill(outside, -math.inf)
+        tiny = torch.finfo(torch.float32).tiny
+        uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, device=logits.device)
+                               for g in self.generators]).clamp_(tiny, 1.0 - 1e-7)
+        return logits - torch.log(-torch.log(uniform))
 
 
 class _StopStrings(StoppingCriteria):
