@@ -19,9 +19,12 @@ answers are computed once and shared), against the warm start on the same exampl
 
 Printed per method and seed: each task's metrics at the start (the SFT model) and the end,
 the paired change with its 95 % interval (examples resampled, a GEMM problem's kernels
-together), `*` where it excludes 0. Then pooled over the seeds (per example, every seed's
-answers together, against the start: one paired bootstrap over the held-out examples), and
-the difference between the two methods the same way (second − first), whatever its sign.
+together), `*` where it excludes 0, n and the distinct completions. Then over the training
+seeds, the unit of a claim about a method: each seed's change, and pooled with the two-level
+bootstrap over seeds, then each seed's examples (`eval.paired_runs.seed_changes`; 3 seeds or
+more, else stated per seed), with a verdict; and each other method − the first, each seed's
+two runs paired on the same examples, pooled the same way, whatever its sign. Every sampled
+kernel is its own draw (a seed per example and sample), so the counts are what they say.
 
 Everything runs in a temporary directory (or `--keep DIR`); nothing is written elsewhere.
 Run: .venv/bin/python benchmarks/learning.py gemm|text [--seeds 0 1 2] [--steps N] ...
@@ -44,7 +47,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = {
-    "gemm": ("ok_share", "compiled_share", "reward_mean"),
+    "gemm": ("ok_share", "compiled_share", "reward_mean", "fast_0.5", "log2_ratio_mean"),
     "data_race_c": ("reward_mean", "support_rate", "f1", "accuracy"),
     "mlperf_qa": ("reward_mean", "share_over_40", "f1"),
     "plp_qa": ("reward_mean", "similarity", "mean_chars"),
@@ -118,14 +121,6 @@ def rl_run(root: Path, args: argparse.Namespace, start: Path, method: str,
             "eval_s": time.perf_counter() - started - trained, "run_dir": result.run_dir}
 
 
-def interval_text(found: Any) -> str:
-    from hargo_hpc.eval.intervals import Interval
-
-    if not found or found.get("value") is None:
-        return "—"
-    return Interval.from_json(found).change_text("+.3f")
-
-
 def value_text(value: Any) -> str:
     return "—" if value is None else f"{value:.3f}"
 
@@ -137,53 +132,47 @@ def curve_text(curve: list[float]) -> str:
     return f"{sum(first) / len(first):.3f} -> {sum(last) / len(last):.3f}"
 
 
-def pooled_answers(runs: list[dict[str, Any]], task_name: str, baseline: bool) -> Any:
-    """(plan, answers) of one task with every run's answers to each example side by side
-    (example u: run 0's samples, then run 1's, ...); `baseline`: the start's answers (the
-    same in every run: the first run's)."""
-    from hargo_hpc.eval.evaluate import Answers, TaskPlan
-    from hargo_hpc.eval.paired_runs import plan_and_answers, read_predictions
-    from hargo_hpc.tasks.registry import get_task
-
-    task = get_task(task_name)
-    name = f"{task_name}.baseline.jsonl" if baseline else f"{task_name}.jsonl"
-    chosen = runs[:1] if baseline else runs
-    parts = [plan_and_answers(task, read_predictions(r["run_dir"] / "eval" / "predictions" /
-                                                      name)) for r in chosen]
-    plan = parts[0][0]
-    samples = plan.samples * len(parts)
-    texts: list[str] = []
-    records: list[Any] = []
-    for u in range(len(plan.examples)):
-        for part_plan, answers in parts:
-            rows = slice(u * part_plan.samples, (u + 1) * part_plan.samples)
-            texts += answers.texts[task_name][rows]
-            if task.remote:
-                records += answers.records[task_name][rows]
-    answers = Answers({task_name: texts}, {task_name: records} if task.remote else {})
-    return task, TaskPlan(plan.examples, samples, 1, (), do_sample=samples > 1), answers
-
-
-def pooled_change(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]] | None,
-                  task_name: str, seed: int = 0) -> dict[str, Any]:
-    """B − A per metric, one paired bootstrap over the held-out examples; A = the start's
-    answers when `b_runs` is None (then B = `a_runs`)."""
-    from hargo_hpc.eval import compare
-    from hargo_hpc.eval.evaluate import unit_metrics
+def seed_pooled(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]] | None,
+                task_name: str) -> dict[str, Any]:
+    """B − A per metric, one pair per training seed, pooled over the seeds
+    (`eval.paired_runs.seed_changes`: each seed's change paired on its examples, then the
+    two-level bootstrap over seeds and examples, from 3 seeds); A = each run's start (its
+    baseline answers) when `b_runs` is None (then B = `a_runs`), else A's run of the same
+    seed. Returns {key: SeedPooled} of the task's METRICS, and the start and end values
+    averaged over the seeds ("a", "b")."""
+    from hargo_hpc.eval.paired_runs import Predictions, seed_changes
 
     if b_runs is None:
-        task, plan_a, ans_a = pooled_answers(a_runs, task_name, baseline=True)
-        _, plan_b, ans_b = pooled_answers(a_runs, task_name, baseline=False)
+        pairs = [(Predictions(r["run_dir"], baseline=True), Predictions(r["run_dir"]))
+                 for r in a_runs]
+        a_values = [r["metrics"]["tasks"][task_name]["baseline"] for r in a_runs]
+        b_values = [r["metrics"]["tasks"][task_name] for r in a_runs]
     else:
-        task, plan_a, ans_a = pooled_answers(a_runs, task_name, baseline=False)
-        _, plan_b, ans_b = pooled_answers(b_runs, task_name, baseline=False)
-    of_a, of_b = unit_metrics(task, plan_a, ans_a), unit_metrics(task, plan_b, ans_b)
-    n = len(plan_a.examples)
-    everything = list(range(n))
-    keys = [k for k in METRICS[task_name] if k in of_a(everything)]
-    changes = compare.paired(of_a, of_b, n, keys, seed=seed)
-    return {"n": n, "a": of_a(everything), "b": of_b(everything),
-            "changes": {k: v.to_json() for k, v in changes.items()}}
+        pairs = [(Predictions(a["run_dir"]), Predictions(b["run_dir"]))
+                 for a, b in zip(a_runs, b_runs, strict=True)]
+        a_values = [r["metrics"]["tasks"][task_name] for r in a_runs]
+        b_values = [r["metrics"]["tasks"][task_name] for r in b_runs]
+    found = seed_changes(pairs)[task_name]
+
+    def mean(values: list[dict[str, Any]], key: str) -> float | None:
+        got = [v.get(key) for v in values if v.get(key) is not None]
+        return sum(got) / len(got) if got else None
+
+    keys = [k for k in METRICS[task_name] if k in found]
+    return {"changes": {k: found[k] for k in keys}, "a": {k: mean(a_values, k) for k in keys},
+            "b": {k: mean(b_values, k) for k in keys}}
+
+
+def pooled_text(found: dict[str, Any], key: str) -> str:
+    """`0.198 -> 0.640: per seed +0.41 [+0.30, +0.52] *, ...; pooled +0.44 [+0.35, +0.52]
+    (3 seeds): better`."""
+    pooled = found["changes"][key]
+    seeds = ", ".join(i.change_text("+.3f") for i in pooled.per_seed)
+    text = (f"{key} {value_text(found['a'][key])} -> {value_text(found['b'][key])}: per seed "
+            f"{seeds}")
+    if pooled.pooled is not None:
+        text += f"; pooled {pooled.pooled.change_text('+.3f')} ({pooled.seeds} seeds)"
+    return f"{text}: {pooled.verdict()}"
 
 
 def held_out_archive(run_dir: Path) -> tuple[set[tuple[str, ...]], float | None]:
@@ -200,12 +189,6 @@ def held_out_archive(run_dir: Path) -> tuple[set[tuple[str, ...]], float | None]
         if gflops is not None:
             best = gflops if best is None else max(best, gflops)
     return sets, best
-
-
-def line_of(found: dict[str, Any], keys: tuple[str, ...], a: str, b: str) -> str:
-    return "  ".join(f"{k} {value_text(found[a].get(k))} -> {value_text(found[b].get(k))} "
-                     f"({interval_text(found['changes'].get(k))})"
-                     for k in keys if k in found["changes"])
 
 
 def parse_args() -> argparse.Namespace:
@@ -254,6 +237,8 @@ def main() -> int:
     args = parse_args()
     from transformers.utils import logging as hf_logging
 
+    from hargo_hpc.eval.summary import change_lines
+
     hf_logging.disable_progress_bar()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hargo-learning-") as tmp:
@@ -267,27 +252,28 @@ def main() -> int:
             for method in args.methods:  # interleaved: the node's drift hits both alike
                 run = rl_run(root, args, start, method, seed)
                 results[method].append(run)
-                for name, values in run["metrics"]["tasks"].items():
-                    found = {"a": values["baseline"], "b": values,
-                             "changes": values["vs_baseline"]}
-                    print(f"{method} s{seed} {name} (n={values['n']}): "
-                          f"{line_of(found, METRICS[name], 'a', 'b')}", flush=True)
+                for line in change_lines(run["metrics"], METRICS.__getitem__,
+                                         prefix=f"{method} s{seed}  "):
+                    print(line, flush=True)
                 print(f"{method} s{seed}: train reward {curve_text(run['curve'])}; train "
                       f"{run['train_s']:.0f} s, eval {run['eval_s']:.0f} s", flush=True)
         tasks = list(results[args.methods[0]][0]["metrics"]["tasks"])
-        print(f"\npooled over seeds {args.seeds}: end - start, paired over the held-out "
-              "examples, 95 % interval, * excludes 0")
+        print(f"\nover the training seeds {args.seeds}: end - start per seed (paired over "
+              "its held-out examples), then pooled (bootstrap over seeds, then examples; from "
+              "3 seeds), 95 % intervals, * excludes 0")
         for method, runs in results.items():
             for name in tasks:
-                found = pooled_change(runs, None, name)
-                print(f"  {method} {name} (n={found['n']}): "
-                      f"{line_of(found, METRICS[name], 'a', 'b')}")
-        if len(args.methods) == 2:
-            first, second = args.methods
-            print(f"\n{second} - {first}, pooled over the seeds, paired:")
+                found = seed_pooled(runs, None, name)
+                for key in found["changes"]:
+                    print(f"  {method} {name}: {pooled_text(found, key)}")
+        first = args.methods[0]
+        for second in args.methods[1:]:
+            print(f"\n{second} - {first}, each seed's runs paired on the same examples, "
+                  "pooled over the seeds:")
             for name in tasks:
-                found = pooled_change(results[first], results[second], name)
-                print(f"  {name} (n={found['n']}): {line_of(found, METRICS[name], 'a', 'b')}")
+                found = seed_pooled(results[first], results[second], name)
+                for key in found["changes"]:
+                    print(f"  {name}: {pooled_text(found, key)}")
         if {"grpo", "sqd"} <= set(results):
             print("\nSQD against GRPO on the held-out problems (per seed):")
             for a, b in zip(results["grpo"], results["sqd"], strict=True):

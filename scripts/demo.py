@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "jobs" / "demo.toml"
@@ -82,19 +83,52 @@ def run_job(job: Path, argv: list[str], label: str) -> int:
 
     runs = [RunLayout(p) for p in ([root] if RunLayout(root).export.is_dir() else
                                    sorted(p.parent for p in root.glob(f"*/{RunLayout.EXPORT}")))]
-    from hargo_hpc.eval.evaluate import change_lines
-
     for run in runs:
         print(f"model:   {run.export}")
         print(f"metrics: {run.metrics}, {run.eval_metrics}")
-        if run.eval_metrics.is_file():  # held-out, start (the SFT model) -> end, paired
-            evaluated = json.loads(run.eval_metrics.read_text(encoding="utf-8"))
-            print(f"held-out, {evaluated.get('baseline') or 'no baseline'} -> this run "
-                  "(95 % intervals; * where the change's excludes 0):")
-            for line in change_lines(evaluated):
-                print(f"  {line}")
+        summarise(run, warm_start=len(runs) == 1)
     print(f"{label} ok in {time.monotonic() - started:.0f} s")
     return 0
+
+
+def summarise(run: Any, *, warm_start: bool) -> None:
+    """What a reader needs to believe the run: the training mix (did every task have a say in
+    the update?), the warm start's training vs held-out figures (`warm_start`: did it learn
+    the task or memorise its examples?), each held-out metric start -> end with its interval,
+    n, distinct completions and verdict, the worse ones named first, and whether the demo's
+    goal (a held-out improvement beyond its interval) was reached."""
+    from hargo_hpc.eval.form_check import check_generalisation
+    from hargo_hpc.eval.summary import change_lines, gap_lines, verdict_lines
+    from hargo_hpc.files import read_jsonl
+    from hargo_hpc.train.metrics import mix_lines, mix_summary
+
+    records = [r for r in read_jsonl(run.metrics) if isinstance(r, dict)]
+    if records:
+        print(f"the mix in training (share of each task's groups with reward contrast: the "
+              f"groups the update learns from), {len(records)} steps:")
+        for line in mix_lines(mix_summary(records), len(records)):
+            print(f"  {line}")
+    if warm_start and run.sft.export.is_dir():
+        print("the warm start on training vs held-out examples (greedy; memorised or learnt?):")
+        for line in gap_lines(check_generalisation(run.sft.root, 200, log=lambda _: None)):
+            print(f"  {line}")
+    if not run.eval_metrics.is_file():
+        return
+    evaluated = json.loads(run.eval_metrics.read_text(encoding="utf-8"))
+    print(f"held-out, {evaluated.get('baseline') or 'no baseline'} -> this run (95 % "
+          "intervals over the examples, each with all its samples; n = examples × samples; "
+          "distinct = different completions, start -> end; * where the change's interval "
+          "excludes 0):")
+    for line in change_lines(evaluated):
+        print(f"  {line}")
+    verdicts = verdict_lines(evaluated)
+    print("verdicts (worse first):")
+    for line in verdicts:
+        print(f"  {line}")
+    better = [line for line in verdicts if line.startswith("better: ")]
+    print("goal, a held-out improvement beyond its interval: " + (
+        f"reached ({better[0].removeprefix('better: ')})" if better else
+        "NOT reached at this budget (README, 'The demo', gives the budget that reaches it)"))
 
 
 def main(argv: list[str]) -> int:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -541,33 +541,6 @@ def headline(name: str) -> tuple[str, ...]:
         return task_class(name).headline
     except ValueError:
         return ()
-
-
-def change_lines(metrics: dict[str, Any], keys_of: Callable[[str], Sequence[str]] = headline,
-                 *, prefix: str = "") -> list[str]:
-    """One line per task and metric (`keys_of(task name)`, default its headline) of an
-    evaluation against its baseline: `<task>  <metric>  <start> -> <end> [lo, hi] (n=N),
-    change +d [lo, hi]`, the change marked `*` when its interval excludes 0."""
-    lines = []
-    for name, values in metrics["tasks"].items():
-        for key in keys_of(name):
-            if key not in values:
-                continue
-            start = (values.get("baseline") or {}).get(key)
-            end, bounds = values.get(key), (values.get("intervals") or {}).get(key) or {}
-            text = f"{prefix}{name}  {key}  {_num(start)} -> {_num(end)}"
-            if bounds.get("low") is not None:
-                text += f" [{_num(bounds['low'])}, {_num(bounds['high'])}]"
-            text += f" (n={values.get('n')})"
-            change = (values.get("vs_baseline") or {}).get(key) or {}
-            if change.get("value") is not None and change.get("low") is not None:
-                text += f", change {Interval.from_json(change).change_text('+.3f')}"
-            lines.append(text)
-    return lines
-
-
-def _num(value: Any) -> str:
-    return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def with_interval(values: dict[str, Any], key: str) -> str:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hargo_hpc.eval.evaluate import change_lines, evaluate, resolve_target
+from hargo_hpc.eval.evaluate import evaluate, resolve_target
 from hargo_hpc.eval.plans import Log
+from hargo_hpc.eval.summary import change_lines
 from hargo_hpc.tasks.registry import task_class
 
 
@@ -32,3 +33,24 @@ def check_form(sft_dir: Path, examples: int, *, log: Log = print) -> dict[str, A
 def form_lines(metrics: dict[str, Any]) -> list[str]:
     """One line per task and form metric (`Task.form`), start -> end (`change_lines`)."""
     return change_lines(metrics, lambda name: task_class(name).form, prefix="form  ")
+
+
+def check_generalisation(run_dir: Path, examples: int, *, log: Log = print
+                         ) -> list[dict[str, Any]]:
+    """The model of the run in `run_dir` (its export; an SFT run's `sft/export`) answers at
+    most `examples` training and held-out examples of each text task (greedy, as `hargo eval`
+    does; no baseline); `summary.generalisation_gap` of the two. Its files go to
+    `<run dir>/eval-train/` and `<run dir>/eval-held-out/`. A task whose held-out value lies
+    below its training value beyond the interval is `memorised`."""
+    from hargo_hpc.eval.evaluate import text_tasks
+    from hargo_hpc.eval.summary import generalisation_gap
+
+    names = [n for n in text_tasks()
+             if n in {spec.name for spec in resolve_target(str(run_dir)).config.data.tasks}]
+    if not names:
+        return []
+    found = {}
+    for split, directory in (("train", "eval-train"), ("eval", "eval-held-out")):
+        target = resolve_target(str(run_dir), out=str(run_dir / directory), tasks=names)
+        found[split] = evaluate(target, split=split, limit=examples, baseline="", log=log)
+    return generalisation_gap(found["train"], found["eval"])

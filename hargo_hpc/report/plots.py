@@ -6,6 +6,9 @@
   (`tasks/<task>/weight_share`, solid) next to the same share with w ≡ 1
   (`tasks/<task>/adv_share`, dashed): where HARGO moves the weight. Only runs whose records
   have a weight share; skipped (with a note) when none has;
+- `contrast.png`: per task, the share of its groups whose rewards are not all equal
+  (`tasks/<task>/contrast_share`): the groups a group-relative method learns from. A task at
+  0 in most steps rides along without a say in the update;
 - `completion_length.png`: per task, the mean completion length in tokens
   (`tasks/<task>/completion_length`);
 - `gemm_gflops.png`: per GEMM run (one panel each, a shared GFLOPS axis), with SQD every ok
@@ -31,11 +34,14 @@ from typing import Any
 from hargo_hpc.files import temp_name, unlink_quietly
 from hargo_hpc.report.table import RunSummary, number, run_labels, sort_runs
 
-REWARD, WEIGHT_SHARE, LENGTH, GFLOPS = (
-    "reward.png", "weight_share.png", "completion_length.png", "gemm_gflops.png")
-PLOT_FILES = (REWARD, WEIGHT_SHARE, LENGTH, GFLOPS)
+REWARD, WEIGHT_SHARE, CONTRAST, LENGTH, GFLOPS = (
+    "reward.png", "weight_share.png", "contrast.png", "completion_length.png",
+    "gemm_gflops.png")
+PLOT_FILES = (REWARD, WEIGHT_SHARE, CONTRAST, LENGTH, GFLOPS)
 DESCRIPTIONS = {
     REWARD: "Mean reward per task over RL steps (tasks/<task>/reward_mean).",
+    CONTRAST: "Share of each task's groups with reward contrast over steps "
+              "(tasks/<task>/contrast_share): the groups the update learns from.",
     WEIGHT_SHARE: "HARGO's share of Σ|w·A| per task over steps (solid), and the same share "
                   "with w ≡ 1 (dashed).",
     LENGTH: "Mean completion length in tokens per task over steps "
@@ -89,6 +95,9 @@ def _skips(runs: Sequence[RunSummary]) -> dict[str, str]:
         why[REWARD] = "no per-task reward (tasks/<task>/reward_mean) in any metrics.jsonl"
     if not _hargo_runs(runs):
         why[WEIGHT_SHARE] = "no run has HARGO weight shares (tasks/<task>/weight_share)"
+    if not _tasks_with(runs, "contrast_share"):
+        why[CONTRAST] = "no per-task contrast share (tasks/<task>/contrast_share) in any " \
+            "metrics.jsonl (runs before it was logged)"
     if not _tasks_with(runs, "completion_length"):
         why[LENGTH] = "no per-task completion length in any metrics.jsonl"
     if not _gemm_runs(runs):
@@ -255,6 +264,10 @@ def write_plots(runs: Sequence[RunSummary], directory: str | Path) -> list[Path]
                                  "HARGO weight share per task (solid: Σ|w·A|; dashed: w ≡ 1)",
                                  "share", out, WEIGHT_SHARE, companion="adv_share",
                                  share=True))
+    if CONTRAST not in skip:
+        written.append(_per_task(ordered, labels, colour, "contrast_share",
+                                 "share of groups with reward contrast per task", "share", out,
+                                 CONTRAST, share=True))
     if LENGTH not in skip:
         written.append(_per_task(ordered, labels, colour, "completion_length",
                                  "mean completion length per task", "tokens", out, LENGTH))

@@ -66,6 +66,10 @@ class Task(ABC):
     # metrics that are maxima: reported as points, never with an interval (a bootstrap of a
     # maximum cannot exceed the observed one: its upper end is the value itself)
     points: ClassVar[tuple[str, ...]] = ()
+    # which way is better, for a verdict on a change: higher, except these (lower is better)
+    # and the undirected ones (a length: up or down, neither better)
+    lower_better: ClassVar[tuple[str, ...]] = ()
+    undirected: ClassVar[tuple[str, ...]] = ()
     # generation budget: tokens a completion may take (None = rollout.max_new_tokens) and stop
     # strings of its own (config.generation_budget; a TaskSpec may set either)
     max_new_tokens: ClassVar[int | None] = None

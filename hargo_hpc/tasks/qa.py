@@ -158,6 +158,8 @@ class MlperfQA(_QATask):
     name = "mlperf_qa"
     headline = ("exact_match", "f1", "share_over_40")
     form = ("share_over_40", "mean_chars")  # a short factual answer
+    lower_better = ("share_over_40",)
+    undirected = ("mean_chars",)
     max_new_tokens = 48  # ~190 characters: the brevity term has taken its most by 2 x 40
     stop = ("\n###",)
     eval_examples = 100
@@ -199,6 +201,7 @@ class PlpQA(_QATask):
     name = "plp_qa"
     headline = ("similarity", "mean_chars")
     form = ("mean_chars",)  # about one sentence
+    undirected = ("mean_chars",)
     max_new_tokens = 96  # one sentence (median reference 152 characters, ~35 tokens)
     stop = ("\n###",)
     eval_examples = 100

@@ -309,3 +309,49 @@ def per_row(values: Tensor | None) -> list[float] | None:
 
 def as_float_list(values: Tensor) -> list[float]:
     return [float(v) for v in values.detach().to(torch.float64).cpu()]
+
+
+def mix_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task, over RL step records (metrics.jsonl): `steps` it was drawn in, `with_contrast`
+    the steps where some of its groups had reward contrast (`contrast_share` > 0: it had a say
+    in the update), `contrast_mean` the mean contrast share over its steps, and HARGO's mean
+    weight share / advantage share (`weight_share`, `adv_share`; None without HARGO)."""
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for key, value in record.items():
+            parts = key.split("/")
+            if len(parts) != 3 or parts[0] != "tasks" or parts[2] != "contrast_share":
+                continue
+            if value is None:
+                continue
+            entry = out.setdefault(parts[1], {"steps": 0, "with_contrast": 0, "contrast": [],
+                                              "weight_share": [], "adv_share": []})
+            entry["steps"] += 1
+            entry["with_contrast"] += value > 0
+            entry["contrast"].append(float(value))
+            for share in ("weight_share", "adv_share"):
+                found = record.get(f"tasks/{parts[1]}/{share}")
+                if found is not None:
+                    entry[share].append(float(found))
+    return {name: {"steps": e["steps"], "with_contrast": e["with_contrast"],
+                   "contrast_mean": _mean(e["contrast"]),
+                   "weight_share": _mean(e["weight_share"]), "adv_share": _mean(e["adv_share"])}
+            for name, e in out.items()}
+
+
+def mix_lines(summary: Mapping[str, Mapping[str, Any]], steps: int) -> list[str]:
+    """`data_race_c  drawn in 31 of 40 steps, contrast in 29 of them (mean share of its groups
+    0.84); HARGO weight share 0.41 (0.38 with w = 1)`, flagged `PASSENGER` when the task had
+    contrast in fewer than half of the steps it was drawn in."""
+    lines = []
+    for name, e in summary.items():
+        text = (f"{name}  drawn in {e['steps']} of {steps} steps, contrast in "
+                f"{e['with_contrast']} of them (mean share of its groups "
+                f"{e['contrast_mean']:.2f})")
+        if e["weight_share"] is not None:
+            text += (f"; HARGO weight share {e['weight_share']:.2f} ({e['adv_share']:.2f} with "
+                     "w = 1)")
+        if e["with_contrast"] * 2 < e["steps"]:
+            text += "  PASSENGER: its groups rarely differ, so it barely shapes the update"
+        lines.append(text)
+    return lines

@@ -60,6 +60,7 @@ def record(step: int, reward: float | None, tasks: tuple[str, ...],
     for i, task in enumerate(tasks):
         out[f"tasks/{task}/reward_mean"] = 0.1 * step + 0.01 * i
         out[f"tasks/{task}/completion_length"] = 20.0 + step + i
+        out[f"tasks/{task}/contrast_share"] = 1.0 / (1 + step + i)
         out[f"tasks/{task}/weight_share"] = share[task] if share else None
         out[f"tasks/{task}/adv_share"] = 1 / len(tasks) if share else None
     if "gemm" in tasks:
@@ -221,8 +222,8 @@ def test_plots_skip_weight_share_and_gemm_without_them(runs: list[Path], tmp_pat
     assert [n.split(" ")[0] for n in notes] == ["weight_share.png", "gemm_gflops.png"]
     out = tmp_path / "out"
     out.mkdir()
-    assert [p.name for p in plots.write_plots(loaded, out)] == ["reward.png",
-                                                                "completion_length.png"]
+    assert [p.name for p in plots.write_plots(loaded, out)] == [
+        "reward.png", "contrast.png", "completion_length.png"]
 
 
 def test_gemm_without_sqd_uses_the_step_means(tmp_path: Path) -> None:
@@ -299,7 +300,7 @@ def test_command_writes_every_file(runs: list[Path], tmp_path: Path) -> None:
            "(tasks/<task>/weight_share)" in data["notes"]
     assert not (out / "weight_share.png").exists() and not (out / "gemm_gflops.png").exists()
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 2
+    assert page.count("data:image/png;base64,") == 3  # reward, contrast, completion length
 
 
 def test_not_a_run_exits_2_with_one_line(tmp_path: Path) -> None:
@@ -336,7 +337,7 @@ def test_a_run_with_only_its_evaluation(tmp_path: Path) -> None:
         "sft", 3, "evaluated", ("plp_qa",))
     row = method_table([loaded]).rows[0]
     assert row.values["plp_similarity"] == 0.5 and row.values["last_reward"] is None
-    assert len(plots.plot_notes([loaded])) == 4  # no training records: every plot skipped
+    assert len(plots.plot_notes([loaded])) == len(plots.PLOT_FILES)  # no records: none drawn
 
 
 def test_the_table_and_the_command_load_neither_torch_nor_matplotlib() -> None:
