@@ -6,7 +6,9 @@ side of the judge.
     kernel.s --[-c]--> object --[-r -Wl,-d: commons allocated]--> --[objcopy
         --keep-global-symbol=gemm: every other symbol local]--> kernel.o --[readelf -s -S -W,
         size guard]--> kernel.o + kernel_main.o --[-static -fopenmp -lm]--> kernel.bin (run 2)
-    kernel.o's readelf --[validate.check_object, check_static_size]--> accepted, or rejected
+    kernel.o's readelf --[validate.check_object, check_static_size, check_artefact_size,
+        check_writable_code]--> kernel.bin's program headers --[validate.check_binary: no
+        writable and executable LOAD segment, no executable stack]--> accepted, or rejected
 
 Both runs are sandboxed (sandbox.py) with a `view`: in their own mount namespace the compiler,
 the assembler and the linker see only the toolchain (/usr and the merged-/usr links, the
@@ -63,8 +65,10 @@ from hargo_hpc.bench.validate import (
     Violation,
     asm_directive_pattern,
     check_artefact_size,
+    check_binary,
     check_object,
     check_static_size,
+    check_writable_code,
     openmp_symbols,
     parse_readelf,
 )
@@ -82,7 +86,7 @@ COMPILE_FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE of the compile: kernel.s, the obj
 DATA_REJECTED = 98  # exit status of the build script when `size` finds more than that
 FILE_REJECTED = 97  # ... when kernel.o or kernel.bin is larger than its bound (all sections)
 PROBE_TTL_S = 60.0  # how long a probe's verdict on a toolchain is believed
-PIPELINE = "4"  # in every kernel's cache key: verdicts of earlier build pipelines are not reused
+PIPELINE = "5"  # in every kernel's cache key: verdicts of earlier build pipelines are not reused
 TOOLCHAIN_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 # compiler output that means the machine, not the code, failed - believed only on the
@@ -426,6 +430,7 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
             check_object(symbols, sections)
             check_static_size(elf, tc.static_limit)
             check_artefact_size(elf)
+            check_writable_code(elf)
         except Violation as v:
             return _verdict(att, "format_violation", str(v))
         if rc == DATA_REJECTED:  # `size` saw more than readelf: believe the larger
@@ -438,6 +443,11 @@ def _attempt(code: str, work: str, tc: _Toolchain, timeout_s: float) -> _Attempt
         # the object passed every check: a link failure is suspected to be the toolchain's
         att.link_output = res.output
         return _suspect(att, f"link failed: {_first_error(res.output)}")
+    if tc.trusted_link is None:
+        try:  # what the loader will map: however the sections were named, no page W and X
+            check_binary(Path(work, "kernel.bin"))
+        except Violation as v:
+            return _verdict(att, "format_violation", str(v))
     return att
 
 

@@ -3,19 +3,27 @@
 Rule (documented in docs/bench.md):
 
 1. Text up to a closing ``</think>`` is dropped (reasoning models).
-2. If the completion has fenced blocks (```` ```lang ... ``` ````; an unterminated last fence runs
-   to the end of the text), the candidates are the blocks tagged ``c`` or ``h``; if there are none,
-   the untagged blocks.  Blocks tagged as C++ (``cpp``, ``c++``, ``cc``, ``cxx``) only count when
-   nothing else does, and then the code is reported as C++ (a format violation).
-3. Among the candidates the **last block that defines** ``gemm(`` wins (models often show a naive
+2. Fenced blocks as CommonMark reads them (`fenced_blocks`): a fence opens on a line that starts,
+   after at most three spaces, with a run of at least three backticks or tildes and then an info
+   string (a backtick fence's holds no backtick); it closes on a line that starts, after at most
+   three spaces, with a run of the same character at least as long, and holds nothing else but
+   spaces or tabs; an unclosed fence runs to the end. A "```" anywhere else (mid-line, as in the
+   prompt's own "... in one ```c code block" echoed back) is text. Container blocks (lists,
+   quotes) are not parsed: only when no such fence exists are fences at any indentation taken
+   (a fence inside a list item).
+3. If the completion has fenced blocks, the candidates are the blocks tagged ``c`` or ``h``; if
+   there are none, the untagged blocks.  Blocks tagged as C++ (``cpp``, ``c++``, ``cc``, ``cxx``)
+   only count when nothing else does, and then the code is reported as C++ (a format violation).
+4. Among the candidates the **last block that defines** ``gemm(`` wins (models often show a naive
    version first and the improved one last); if none defines it, the last candidate.
-4. Without fences the whole text is the code if it looks like C (has ``{`` and ``;``), else there is
+5. Without fences the whole text is the code if it looks like C (has ``{`` and ``;``), else there is
    no code.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 FENCE_TAG = re.compile(r"[ \t]*([A-Za-z0-9_+#.-]*)")
@@ -26,25 +34,80 @@ CPP_TAGS = {"cpp", "c++", "cc", "cxx", "hpp", "cplusplus"}
 DEFINES_GEMM = re.compile(r"\bgemm\s*\([^;{()]*\)\s*\{", re.DOTALL)
 
 
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(tag, body) of every fenced block: "```", the tag, the rest of that line, then the body up
-    to the next "```" (or the end of the text). One pass over the text with str.find, so a
-    completion of 100 kB of backticks costs milliseconds (a regex with a lazy body and a
-    line-rest group went quadratic on it: 24 s)."""
-    blocks, pos = [], 0
-    while (start := text.find("```", pos)) >= 0:
-        newline = text.find("\n", start + 3)
-        if newline < 0:  # no line after any later fence either
-            break
-        header = text[start + 3 : newline]
-        tag = FENCE_TAG.match(header).group(1)  # type: ignore[union-attr]  # matches "" at worst
-        end = text.find("```", newline + 1)
-        if end < 0:  # an unterminated last fence runs to the end
-            blocks.append((tag, text[newline + 1 :]))
-            break
-        blocks.append((tag, text[newline + 1 : end]))
-        pos = end + 3
+def fenced_blocks(text: str, max_indent: int | None = 3) -> list[tuple[str, str]]:
+    """(tag, body) of every fenced code block of `text`, as CommonMark finds them at the top
+    level (module docstring): the tag is the start of the info string (`FENCE_TAG`), the body the
+    lines between the fences, each without up to as many leading blanks as the opening fence
+    had. `max_indent` None: fences at any indentation (blanks only before them).
+
+    One pass over the lines, each looked at once and in time linear in its length, so 100 kB of
+    backticks cost milliseconds (a regex with a lazy body went quadratic on them: 24 s)."""
+    blocks: list[tuple[str, str]] = []
+    fence: tuple[str, int, int] | None = None  # the open fence: its character, length, indent
+    tag, body = "", []
+    for line in _lines(text):
+        if fence is None:
+            opened = _opening(line, max_indent)
+            if opened is not None:
+                fence, info = opened[:3], opened[3]
+                tag, body = FENCE_TAG.match(info).group(1), []  # type: ignore[union-attr]
+        elif _closes(line, fence, max_indent):
+            blocks.append((tag, "".join(body)))
+            fence = None
+        else:
+            body.append(_dedent(line, fence[2]))
+    if fence is not None:  # an unclosed fence runs to the end (less a last line of blanks)
+        if body and not body[-1].endswith("\n") and not body[-1].strip(" \t"):
+            body.pop()
+        blocks.append((tag, "".join(body)))
     return blocks
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of `text`, each with its "\n" (the last one may have none)."""
+    pos = 0
+    while pos < len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end + 1
+        yield text[pos:end]
+        pos = end
+
+
+def _indent(line: str, max_indent: int | None) -> int | None:
+    """The blanks a fence line starts with (spaces; spaces and tabs with no maximum), or None
+    when there are more than `max_indent`."""
+    blanks = " " if max_indent is not None else " \t"
+    indent = len(line) - len(line.lstrip(blanks))
+    return indent if max_indent is None or indent <= max_indent else None
+
+
+def _opening(line: str, max_indent: int | None) -> tuple[str, int, int, str] | None:
+    """(fence character, run length, indent, info string) when `line` opens a fence."""
+    indent = _indent(line, max_indent)
+    if indent is None or line[indent : indent + 1] not in ("`", "~"):
+        return None
+    char = line[indent]
+    info = line[indent:].lstrip(char)
+    run = len(line) - indent - len(info)
+    if run < 3 or (char == "`" and "`" in info):
+        return None
+    return char, run, indent, info.rstrip("\r\n")
+
+
+def _closes(line: str, fence: tuple[str, int, int], max_indent: int | None) -> bool:
+    """Whether `line` closes the open `fence`: its character, at least as many, then blanks."""
+    char, run, _ = fence
+    indent = _indent(line, max_indent)
+    if indent is None:
+        return False
+    rest = line[indent:].lstrip(char)
+    return len(line) - indent - len(rest) >= run and not rest.strip(" \t\r\n")
+
+
+def _dedent(line: str, indent: int) -> str:
+    """`line` without up to `indent` leading blanks (the opening fence's indentation)."""
+    blanks = len(line[:indent]) - len(line[:indent].lstrip(" \t"))
+    return line[blanks:]
 
 
 @dataclass(frozen=True)
@@ -59,7 +122,7 @@ class Extracted:
 def extract_code(completion: str) -> Extracted | None:
     """Return the kernel source of `completion`, or None when it holds no code."""
     text = completion.split("</think>")[-1]
-    blocks = [(tag.strip(), body) for tag, body in fenced_blocks(text)]
+    blocks = fenced_blocks(text) or fenced_blocks(text, max_indent=None)
     if not blocks:
         if "{" in text and ";" in text:
             return Extracted(text.strip() + "\n", "c", 0)

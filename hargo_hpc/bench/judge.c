@@ -29,7 +29,8 @@
  * (a guard made writable and written is seen), the inputs unchanged, Freivalds' check with vectors
  * drawn from getrandom after the call (an exact element-wise check on the second size).  The
  * child's CPU time per call (its process CPU clock) is compared with the call's wall time x
- * THREADS: CPU used outside the timed window is flagged.
+ * THREADS (more CPUs than it was given) and x the CPUs it may run on (CPU used outside the timed
+ * window): either is flagged.
  *
  * Timed repetitions of the candidate and the reference are interleaved (C R, R C, C R, ...) on
  * the same threads and buffers' sizes, so load on the node and the node's speed cancel in g/g_ref.
@@ -59,6 +60,7 @@
  *     TIME <seconds>                  one line per timed candidate call
  *     REF <seconds>                   one line per timed reference call
  *     CPU <cpu seconds> <wall seconds> one line per timed candidate call
+ *     CPUS <n>                        the CPUs the children may run on (the judge's mask)
  *     KEYS <hex> ...                  the first 64 bits of every candidate call's key
  *     RESULT ok | wrong <why> | inputs <why> | memory <why> | timeout <why> | infra <why>
  *     INFRA <why>                     harness (or reference) failure
@@ -872,6 +874,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) say("TIME %.9e\n", times[r]);
     for (int r = 0; with_ref && r < reps; r++) say("REF %.9e\n", ref_times[r]);
     for (int r = 0; r < reps; r++) say("CPU %.9e %.9e\n", cpus[r], times[r]);
+    say("CPUS %d\n", CPU_COUNT(&allowed));
     fprintf(verdict, "KEYS");
     for (size_t k = 0; k < number; k++) fprintf(verdict, " %016llx", (unsigned long long)keys[k]);
     say("\nRESULT ok\n");

@@ -19,13 +19,22 @@ need no ``static``, and cannot interpose on anything):
     or cached);
   - `check_artefact_size`: the non-allocated sections (never loaded: ``.comment``, debug info, an
     asm statement's ``.section x,""`` filled with ``.fill``) within NONALLOC_LIMIT, so the
-    object, the binary and its cache entry are bounded over all sections.
+    object, the binary and its cache entry are bounded over all sections;
+  - `check_writable_code`: no section both writable and executable (an asm ``"awx"`` section).
+
+After linking, on the program headers of ``kernel.bin`` (what the kernel's ELF loader obeys),
+`check_binary`: no LOAD segment both writable and executable (however the sections were
+named: an ``"ax"`` section called ``.data.x`` joins the writable ``.data``), and a
+``PT_GNU_STACK`` that is not executable. With the seccomp filter's "never PROT_EXEC" at run time,
+the kernel's process holds no page it can both write and execute: no new code.
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+import struct
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
 
 from hargo_hpc.bench.extract import DEFINES_GEMM
 from hargo_hpc.bench.techniques import (
@@ -42,7 +51,7 @@ SIGNATURE = "void gemm(int M, int N, int K, const double *A, const double *B, do
 
 FORBIDDEN_HEADERS = re.compile(
     r"^(?:cblas|lapacke?|mkl.*|openblas.*|blis.*|f77blas|clapack|dlfcn|spawn|netdb|ifaddrs|"
-    r"sys/(?:socket|ptrace|syscall|mman|wait|prctl|resource|ipc|shm|msg|sem|stat|file|ioctl)|"
+    r"sys/(?:socket|ptrace|syscall|wait|prctl|resource|ipc|shm|msg|sem|stat|file|ioctl)|"
     r"syscall|fcntl|signal|setjmp|threads|sched|netinet/.*|arpa/.*|linux/.*|asm/.*)\.h$"
 )
 CPP_MARKERS = re.compile(
@@ -123,10 +132,24 @@ ALLOWED_UNDEFINED = LIBM | {
     "pthread_cond_signal", "pthread_cond_broadcast", "pthread_barrier_init",
     "pthread_barrier_destroy", "pthread_barrier_wait", "pthread_spin_init",
     "pthread_spin_destroy", "pthread_spin_lock", "pthread_spin_unlock", "sched_yield",
+    # memory advice (MADV_HUGEPAGE, MADV_WILLNEED, ...): one rule with the raw system call, which
+    # the seccomp filter allows (glibc's own free() needs it); <sys/mman.h> is allowed for the
+    # constants, its mmap/mprotect/mlock are not on this list (nor PROT_EXEC past the filter)
+    "madvise", "posix_madvise",
     "_GLOBAL_OFFSET_TABLE_", "__cpu_model", "__cpu_indicator_init",
 }  # fmt: skip
 ALLOWED_PREFIXES = OPENMP_RUNTIME
 BLAS = re.compile(r"cblas|dgemm|sgemm|openblas|^mkl_|^bli_|^blas", re.IGNORECASE)
+# ELF program and section headers (check_binary): the types and flags the loader obeys
+PT_LOAD, PT_GNU_STACK = 1, 0x6474E551
+PF_X, PF_W, PF_R = 1, 2, 4
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 1, 2, 4
+# per ELF class (EI_CLASS 1: 32-bit, 2: 64-bit): the struct formats of the ELF header after
+# e_ident, a program header and a section header, and where p_type, p_flags, p_vaddr, p_memsz
+# sit in a program header (the 64-bit one moved p_flags up for alignment)
+ELF_CLASSES = {1: ("HHIIIIIHHHHHH", "IIIIIIII", "IIIIIIIIII", (0, 6, 2, 5)),
+               2: ("HHIQQQIHHHHHH", "IIQQQQQQ", "IIQQQQIIQQ", (0, 1, 3, 6))}  # fmt: skip
+SHSTRTAB_LIMIT = 1 << 20  # bytes of section names read for messages; more: the names are left out
 
 
 class Violation(HargoError):
@@ -364,3 +387,106 @@ def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) 
             raise Violation(f"section {sec}: constructors and destructors are not allowed")
         if sec in LOADER_SECTIONS:
             raise Violation(f"section {sec}: the kernel's binary is static, it names no loader")
+
+
+def check_writable_code(text: str) -> None:
+    """Raise Violation when a section of the object (``readelf -S -W`` output) is allocated,
+    writable and executable: code the kernel could write at run time (an asm ``"awx"``)."""
+    for sec in section_table(text):
+        if {"A", "W", "X"} <= set(sec.flags):
+            raise Violation(f"section {sec.name} is writable and executable (flags {sec.flags}): "
+                            "code written at run time is not allowed")  # fmt: skip
+
+
+class Segment(NamedTuple):
+    """One program header of an ELF file, and the allocated sections in its address range."""
+
+    index: int
+    type: int
+    flags: int  # PF_R | PF_W | PF_X
+    sections: tuple[tuple[str, int], ...]  # (name, sh_flags), in the segment's address range
+
+
+def _read(f: BinaryIO, offset: int, size: int) -> bytes:
+    f.seek(offset)
+    data = f.read(size)
+    if len(data) != size:
+        raise Violation("cannot read the kernel's binary's program headers (truncated)")
+    return data
+
+
+def elf_segments(path: Path) -> list[Segment]:
+    """The program headers of the ELF file at `path`, read with struct (32 or 64 bits, either
+    byte order), each with the allocated sections it maps (names for messages only: a section
+    table that cannot be read leaves them out). A file whose program headers cannot be read
+    raises Violation: nothing about the binary is assumed."""
+    with open(path, "rb") as f:
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in ELF_CLASSES \
+                or ident[5] not in (1, 2):  # fmt: skip
+            raise Violation("the kernel's binary is not an ELF file")
+        order = "<" if ident[5] == 1 else ">"
+        head_fmt, ph_fmt, sh_fmt, (at_type, at_flags, at_vaddr, at_memsz) = ELF_CLASSES[ident[4]]
+        head, ph, sh = (struct.Struct(order + fmt) for fmt in (head_fmt, ph_fmt, sh_fmt))
+        fields = head.unpack(_read(f, 16, head.size))
+        phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx = (fields[4], fields[5],
+                                                                       *fields[8:])  # fmt: skip
+        if phentsize < ph.size or not 0 < phnum < 0xFFFF:
+            raise Violation("cannot read the kernel's binary's program headers")
+        raw = _read(f, phoff, phnum * phentsize)
+        rows = [ph.unpack_from(raw, i * phentsize) for i in range(phnum)]
+        sections = _alloc_sections(f, sh, shoff, shentsize, shnum, shstrndx)
+    segments = []
+    for i, row in enumerate(rows):
+        start, size = row[at_vaddr], row[at_memsz]
+        inside = tuple((name, fl) for name, fl, addr in sections if start <= addr < start + size)
+        segments.append(Segment(i, row[at_type], row[at_flags], inside))
+    return segments
+
+
+def _alloc_sections(f: BinaryIO, sh: struct.Struct, shoff: int, shentsize: int, shnum: int,
+                    shstrndx: int) -> list[tuple[str, int, int]]:  # fmt: skip
+    """(name, sh_flags, sh_addr) of the allocated sections; [] when the table is unreadable."""
+    if not shoff or shentsize < sh.size or not 0 < shstrndx < shnum:
+        return []
+    try:
+        raw = _read(f, shoff, shnum * shentsize)
+        rows = [sh.unpack_from(raw, i * shentsize) for i in range(shnum)]
+        _, _, _, _, str_off, str_size, *_ = rows[shstrndx]
+        names = _read(f, str_off, min(str_size, SHSTRTAB_LIMIT))
+    except (Violation, OSError, struct.error):
+        return []
+
+    def name(at: int) -> str:
+        end = names.find(b"\0", at)
+        return names[at : end if end >= 0 else len(names)].decode("ascii", "replace") or "?"
+
+    return [(name(row[0]), row[2], row[3]) for row in rows if row[2] & SHF_ALLOC and row[5]]
+
+
+def _permissions(flags: int) -> str:
+    return "".join(c if flags & bit else "-" for c, bit in (("R", PF_R), ("W", PF_W), ("X", PF_X)))
+
+
+def check_binary(path: Path) -> None:
+    """Raise Violation when the linked kernel's binary would map a page both writable and
+    executable when it loads: a LOAD segment with PF_W and PF_X, an executable PT_GNU_STACK, or
+    none (the loader's default may be executable). The seccomp filter refuses PROT_EXEC after
+    the load; this is the load's half of "no new code"."""
+    segments = elf_segments(path)
+    for seg in segments:
+        if seg.type == PT_LOAD and seg.flags & PF_W and seg.flags & PF_X:
+            both = [n for n, fl in seg.sections if fl & SHF_WRITE and fl & SHF_EXECINSTR]
+            names = both or [n for n, _ in seg.sections]
+            what = (f"section{'s' if len(names) > 1 else ''} {', '.join(names[:4])}"
+                    if names else "a segment")  # fmt: skip
+            raise Violation(f"the kernel's binary maps {what} writable and executable (LOAD "
+                            f"segment {seg.index}, {_permissions(seg.flags)}): code written at "
+                            "run time is not allowed")  # fmt: skip
+    stack = [seg for seg in segments if seg.type == PT_GNU_STACK]
+    if not stack:
+        raise Violation("the kernel's binary has no PT_GNU_STACK header: its stack could be "
+                        "executable")  # fmt: skip
+    if stack[0].flags & PF_X:
+        raise Violation(f"the kernel's binary asks for an executable stack (PT_GNU_STACK "
+                        f"{_permissions(stack[0].flags)})")  # fmt: skip

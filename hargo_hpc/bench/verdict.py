@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import signal
 import statistics
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ EXEC_TOO_BIG = (errno.ENOMEM, errno.E2BIG, errno.EFBIG)
 # CPU a call may use beyond wall x threads (wake-up and stop windows), before it is flagged
 CPU_SLACK_S = 0.0002
 CPU_SLACK_FACTOR = 1.05
+CPUS_LINE = re.compile(r"CPUS ([1-9][0-9]{0,5})")  # the CPUs the kernel could run on
 # RESULT <word> ... -> (status, prefix dropped from the reason), tried in this order
 RESULTS = (("infra", "infra_error", "infra "), ("wrong", "wrong_result", "wrong "),
            ("inputs", "wrong_result", "wrong "), ("memory", "runtime_error", "memory "),
@@ -66,7 +68,8 @@ class Timing:
 @dataclass(frozen=True)
 class Verdict:
     """A run's status and reason; `timing` when ok; `suspicious` when a call's CPU time shows the
-    kernel ran outside the timed window; `facts` the judge's SANDBOX key=value lines."""
+    kernel ran on more CPUs than it was given or outside the timed window; `facts` the judge's
+    SANDBOX key=value lines."""
 
     status: str
     reason: str = ""
@@ -148,7 +151,7 @@ def _exec_failed(number: int) -> tuple[str, str]:
 def _timed(lines: Sequence[str], args: JudgeArgs, wall_s: float,
            facts: dict[str, str]) -> Verdict:  # fmt: skip
     """Status ok with the timed calls, after the tripwires: a damaged or impossible timing
-    record is refused; CPU outside the timed window is flagged."""
+    record is refused; CPU beyond wall x threads is flagged (`cpu_flag` says what it shows)."""
     try:
         times = [float(ln.split()[1]) for ln in lines if ln.startswith("TIME ")]
         refs = [float(ln.split()[1]) for ln in lines if ln.startswith("REF ")]
@@ -167,13 +170,44 @@ def _timed(lines: Sequence[str], args: JudgeArgs, wall_s: float,
                        f"{total:.3f} s in a run of {wall_s:.3f} s", facts=facts)  # fmt: skip
     keys = next((ln.split()[1:] for ln in lines if ln.startswith("KEYS ")), [])
     timing = Timing(tuple(times), tuple(refs), tuple(keys[:64]))
-    over = [(c, w) for c, w in cpu if c > w * args.threads * CPU_SLACK_FACTOR + CPU_SLACK_S]
-    if not over:
+    counts = [m.group(1) for ln in lines if (m := CPUS_LINE.fullmatch(ln))]
+    why = cpu_flag(cpu, args.threads, int(counts[0]) if counts else None)
+    if not why:
         return Verdict("ok", "", timing, facts=facts)
-    c, w = over[0]
-    return Verdict("ok", f"the kernel used {c * 1e3:.1f} ms of CPU in a call of {w * 1e3:.1f} ms "
-                   f"on {args.threads} thread(s): it ran outside the timed window", timing,
-                   suspicious=True, facts=facts)  # fmt: skip
+    return Verdict("ok", why, timing, suspicious=True, facts=facts)
+
+
+def _beyond(cpu_s: float, wall_s: float, cpus: int) -> bool:
+    """More CPU time than `cpus` CPUs give in `wall_s`, past the wake-up and stop slack."""
+    return cpu_s > wall_s * cpus * CPU_SLACK_FACTOR + CPU_SLACK_S
+
+
+def cpu_flag(cpu: Sequence[tuple[float, float]], threads: int, cpus: int | None) -> str:
+    """Why the timed calls' (CPU seconds, wall seconds) are suspicious, or "" when no call used
+    more CPU than `threads` give in its wall time. `cpus`: the CPUs the kernel could run on (the
+    judge's CPUS line; None: unknown). A call within wall x cpus ran its threads on more CPUs
+    than it was given (a serial kernel, threads = 1, that starts a second thread); a call
+    beyond it ran outside the timed window (nothing else adds CPU time to it)."""
+    over = [(c, w) for c, w in cpu if _beyond(c, w, threads)]
+    if not over:
+        return ""
+    given = f"{threads} thread{'s' if threads != 1 else ''}"
+    count = f"{len(over)} of {len(cpu)} timed calls"
+    outside = [(c, w) for c, w in over if cpus is not None and _beyond(c, w, cpus)]
+    if outside:
+        c, w = max(outside, key=lambda cw: cw[0] - cw[1] * (cpus or 0))
+        return (f"CPU time outside the timed window: {c * 1e3:.1f} ms of CPU in a call of "
+                f"{w * 1e3:.1f} ms, more than its {cpus} CPU(s) can run in that time ({given} "
+                f"given; {count} over wall x threads)")  # fmt: skip
+    c, w = max(over, key=lambda cw: cw[0] / cw[1] if cw[1] > 0 else math.inf)
+    kind = ("CPU time beyond the wall time of a serial kernel (threads = 1)" if threads == 1
+            else f"CPU time beyond wall time x {threads} threads")  # fmt: skip
+    seen = (f"{kind}: {c * 1e3:.1f} ms of CPU in a call of {w * 1e3:.1f} ms, {c / w:.1f} CPUs "
+            f"busy at once" if w > 0 else f"{kind}: {c * 1e3:.1f} ms of CPU in a call of 0 ms")
+    if cpus is None:
+        return (f"{seen}: more CPUs than the {given} it was given, or time outside the timed "
+                f"window ({count})")  # fmt: skip
+    return f"{seen}: it ran on more of its {cpus} CPUs than the {given} it was given ({count})"
 
 
 def gflops(flops: int, times: list[float]) -> dict[str, float]:

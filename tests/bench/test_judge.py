@@ -225,10 +225,13 @@ def test_a_binary_too_big_to_load_is_the_kernels_failure(settings, cache_dir, tm
 # ------------------------------------------------------------------ tripwires, on records
 
 
-def record(times: list[float], refs: list[float], cpu: list[tuple[float, float]]) -> list[str]:
+def record(times: list[float], refs: list[float], cpu: list[tuple[float, float]],
+           cpus: int | None = 2) -> list[str]:  # fmt: skip
+    """A judge's transcript of an ok run; `cpus`: its CPUS line (None: a judge without one)."""
     return ["SANDBOX seccomp=on uid=61001 rt=on", "READY",
             *[f"TIME {t}" for t in times], *[f"REF {t}" for t in refs],
-            *[f"CPU {c} {w}" for c, w in cpu], "KEYS 00", "RESULT ok"]  # fmt: skip
+            *[f"CPU {c} {w}" for c, w in cpu], *([f"CPUS {cpus}"] if cpus else []),
+            "KEYS 00", "RESULT ok"]  # fmt: skip
 
 
 def parsed(lines: list[str], wall: float, threads: int = 2,
@@ -304,7 +307,83 @@ def test_cpu_outside_the_timed_window_is_flagged() -> None:
     # 2 threads x 1 ms = 2 ms of CPU at most; 9 ms means it ran while the clock was not looking
     res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1e-3, 1e-3), (9e-3, 1e-3)]), wall=0.5)
     assert res.status == "ok" and res.suspicious and res.reward == 0.0
-    assert "outside the timed window" in res.reason
+    assert res.reason == ("CPU time outside the timed window: 9.0 ms of CPU in a call of 1.0 ms, "
+                          "more than its 2 CPU(s) can run in that time (2 threads given; 1 of 2 "
+                          "timed calls over wall x threads)")  # fmt: skip
+    # a serial run (threads = 1) on the same 2 CPUs: 9 ms in 1 ms is still outside the window
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1e-3, 1e-3), (9e-3, 1e-3)]), wall=0.5,
+                 threads=1)  # fmt: skip
+    assert res.suspicious and res.reason.startswith("CPU time outside the timed window: 9.0 ms")
+
+
+def test_a_serial_kernel_on_two_cpus_is_flagged_for_what_it_did() -> None:
+    """Issue U.6: a serial run (threads = 1) whose kernel splits each call over two threads uses
+    about twice its wall time in CPU, all of it inside the window; the flag said "it ran outside
+    the timed window". Now it names what was seen, with the numbers."""
+    cpu = [(1.9e-3, 1e-3), (2.04e-3, 1e-3)]
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], cpu), wall=0.5, threads=1)
+    assert res.status == "ok" and res.suspicious and res.reward == 0.0
+    assert res.reason == ("CPU time beyond the wall time of a serial kernel (threads = 1): 2.0 ms "
+                          "of CPU in a call of 1.0 ms, 2.0 CPUs busy at once: it ran on more "
+                          "of its 2 CPUs than the 1 thread it was given (2 of 2 timed calls)")
+    assert "outside the timed window" not in res.reason
+    # with more threads: the same words for wall x threads; within the slack: not flagged
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(3.9e-3, 1e-3)] * 2, cpus=4), wall=0.5)
+    assert res.suspicious and res.reason.startswith("CPU time beyond wall time x 2 threads: 3.9 "
+                                                    "ms of CPU in a call of 1.0 ms, 3.9 CPUs")
+    assert not parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1.2e-3, 1e-3)] * 2), wall=0.5,
+                      threads=1).suspicious  # fmt: skip
+    # a judge without the CPUS line: both readings named
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], cpu, cpus=None), wall=0.5, threads=1)
+    assert res.suspicious and "more CPUs than the 1 thread it was given, or time outside the " \
+        "timed window" in res.reason
+
+
+SPLIT = r"""
+#include <pthread.h>
+#include <time.h>
+struct half { int M, N, K, lo, hi; const double *A, *B; double *C; };
+static void *rows(void *arg) {
+    struct half *h = arg;
+    struct timespec t0, t;   /* 3 ms of this thread's own CPU time, then its rows */
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1e9 + (t.tv_nsec - t0.tv_nsec) < 3e6);
+    for (int i = h->lo; i < h->hi; i++)
+        for (int j = 0; j < h->N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < h->K; k++) s += h->A[i * h->K + k] * h->B[k * h->N + j];
+            h->C[i * h->N + j] = s;
+        }
+    return 0;
+}
+""" + SIG + r""" {
+    struct half top = {M, N, K, 0, M / 2, A, B, C}, bottom = {M, N, K, M / 2, M, A, B, C};
+    pthread_t helper;
+    int two = pthread_create(&helper, 0, rows, &bottom) == 0;
+    rows(&top);
+    if (two) pthread_join(helper, 0); else rows(&bottom);
+}
+"""
+
+
+def test_a_serial_run_split_over_two_threads_is_not_called_outside_the_window(
+        settings, cache_dir, run_tmp) -> None:  # fmt: skip
+    """The same, for real: threads = 1 on this machine's CPUs, a kernel that runs half of each
+    call on a second thread (3 ms of CPU each): the judge's CPUS line and CPU times name it."""
+    from hargo_hpc.bench import run_request
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    serial = settings.model_copy(update={"threads": 1})
+    rec = run_request({"id": "split", "completion": f"```c\n{SPLIT}```\n"}, serial,
+                      cache_dir=cache_dir)  # fmt: skip
+    if "rt-priority" not in rec["sandbox"] and not rec["suspicious"]:
+        pytest.skip("without real-time priority the second thread may wait for a busy CPU")
+    assert rec["status"] == "ok" and rec["suspicious"] and rec["reward"] == 0.0, rec
+    assert rec["reason"].startswith("CPU time beyond the wall time of a serial kernel "
+                                    "(threads = 1)"), rec["reason"]  # fmt: skip
+    assert f"more of its {len(os.sched_getaffinity(0))} CPUs than the 1 thread" in rec["reason"]
 
 
 def test_a_damaged_record_is_refused() -> None:

@@ -173,20 +173,102 @@ def test_cache_concurrent_publishers_agree(tmp_path: Path) -> None:
     assert leftovers == []
 
 
-OLD_FENCE = r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*\n(.*?)(?:```|\Z)"  # the former regex, as oracle
-
-
-def test_fenced_blocks_agree_with_the_former_regex_on_random_text() -> None:
+def test_fenced_blocks_agree_with_commonmark_on_random_text() -> None:
+    """Issue U.1: fences are found as CommonMark finds them; markdown-it-py (a CommonMark
+    parser) is the oracle on random texts of fence pieces, prose and C (no lists, quotes or
+    tabs: the extractor parses no containers and expands no tabs; CRLF it keeps, the oracle
+    turns into LF)."""
     import random
-    import re
 
+    import markdown_it  # markdown-it-py: installed with rich, a dependency of the project
+
+    from hargo_hpc.bench.extract import FENCE_TAG, fenced_blocks
+
+    md = markdown_it.MarkdownIt("commonmark")
+    rng = random.Random(7)
+    pieces = ["```", "````", "~~~", "```c", "``` c ", "```cpp x", "~~~c`", "```c`", "x ```c",
+              "\n", "\n", "\r\n", "`", "~", " ", "   ", "    ", "void gemm() {}", "a;", "c"]
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 18)))
+        expected = [(FENCE_TAG.match(t.info).group(1), t.content)  # type: ignore[union-attr]
+                    for t in md.parse(text) if t.type == "fence"]  # fmt: skip
+        got = [(tag, body.replace("\r\n", "\n")) for tag, body in fenced_blocks(text)]
+        assert got == expected, repr(text)
+
+
+def test_extract_the_prompt_echoed_then_the_fenced_kernel() -> None:
+    """Issue U.1: a completion that repeats the prompt's last line ("... in one ```c code
+    block") before its kernel was "no C code" (-100): the mid-line ``` opened a fence and the
+    real opening fence closed it."""
+    from hargo_hpc.tasks.gemm import render_prompt
+
+    prompt = render_prompt({"name": "dgemm-256", "M": 256, "N": 256, "K": 256},
+                           forbidden=["openmp"])  # fmt: skip
+    assert prompt.splitlines()[-1].endswith("in one ```c code block.")
+    kernel = f"{SIG} {{\n    C[0] = 1; /* the kernel */\n}}\n"
+    for echo in (prompt.splitlines()[-1], prompt):
+        ex = extract_code(f"{echo}\n\n```c\n{kernel}```\n")
+        assert ex is not None and ex.code == kernel and ex.blocks == 1, echo
+    ex = extract_code(f"Sure. {prompt.splitlines()[-1]}\n```c\n{kernel}")  # unclosed: to the end
+    assert ex is not None and ex.code == kernel
+
+
+def test_extract_with_prose_around_the_fence() -> None:
+    kernel = f"{SIG} {{\n    C[0] = 2;\n}}\n"
+    text = (f"Here is a blocked kernel; I use ```c fences as asked:\n\n```c\n{kernel}```\n\n"
+            "It tiles the loops (see the ``` above).\nDone. ```")
+    ex = extract_code(text)
+    assert ex is not None and ex.code == kernel and ex.blocks == 1
+
+
+def test_extract_keeps_backticks_inside_c_literals_and_comments() -> None:
+    kernel = (
+        "/* a reply comes in a ```c block; ~~~ works too */\n"
+        f"{SIG} {{\n"
+        '    const char *fence = "```";  // ``` inside a string and a comment\n'
+        "    /*\n"
+        "        ```\n"  # indented 8: content, not a closing fence
+        "    */\n"
+        "    C[0] = fence[0];\n"
+        "}\n"
+    )
+    ex = extract_code(f"```c\n{kernel}```\nThe end.")
+    assert ex is not None and ex.code == kernel
+
+
+def test_a_longer_fence_holds_shorter_ones() -> None:
+    kernel = f"/*\n```\nnot a fence here\n```\n*/\n{SIG} {{ C[0] = 3; }}\n"
+    tildes = kernel.replace("*/", "~~~\n*/")
+    for fence, code in (("````", kernel), ("`````", kernel), ("~~~", kernel), ("~~~~", tildes)):
+        ex = extract_code(f"Answer:\n{fence}c\n{code}{fence}\nBye.")
+        assert ex is not None and ex.code == code, fence
+    # the closing run: the same character, at least as long, nothing but blanks after it
     from hargo_hpc.bench.extract import fenced_blocks
 
-    rng = random.Random(7)
-    pieces = ["```", "```c", "``` c ", "```cpp x", "\n", "`", "void gemm() {}", " ", "a;", "c"]
-    for _ in range(3000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
-        assert fenced_blocks(text) == re.findall(OLD_FENCE, text, re.DOTALL), repr(text)
+    assert fenced_blocks("````c\nx\n```\ny\n`````  \t\nz") == [("c", "x\n```\ny\n")]
+    assert fenced_blocks("~~~c\nx\n```\n~~~ \n") == [("c", "x\n```\n")]
+    assert fenced_blocks("```c\nx\n``` c\n```.\ny\n```\r\n") == [("c", "x\n``` c\n```.\ny\n")]
+    # no backtick in a backtick fence's info: the first line is text, the last opens a fence
+    assert fenced_blocks("```c`\nx\n```") == [("", "")]
+    assert fenced_blocks("~~~c`\nx\n~~~") == [("c", "x\n")]  # ... a tilde fence's may
+
+
+def test_extract_indented_fences() -> None:
+    from hargo_hpc.bench.extract import fenced_blocks
+
+    # up to three spaces: a fence; its indentation comes off the body's lines
+    assert fenced_blocks("   ```c\n   int a;\n     int b;\n int c;\n  ```\n") == [
+        ("c", "int a;\n  int b;\nint c;\n")]
+    # four spaces: an indented code block's text, not a fence (nor a closing one)
+    assert fenced_blocks("    ```c\n    int a;\n    ```\n") == []
+    assert fenced_blocks("```c\nint a;\n    ```\nint b;\n```") == [
+        ("c", "int a;\n    ```\nint b;\n")]
+    # a fence in a list item (indented by the item): taken when no other fence exists
+    kernel = f"{SIG} {{\n    C[0] = 4;\n}}\n"
+    listed = "1. The kernel:\n\n    ```c\n" + "".join(f"    {ln}\n" for ln in kernel.splitlines()) \
+        + "    ```\n2. Done.\n"
+    ex = extract_code(listed)
+    assert ex is not None and ex.code == kernel
 
 
 def test_hostile_backtick_runs_do_not_stall_extraction() -> None:
