@@ -109,6 +109,9 @@ def summarise(run: Any, *, warm_start: bool) -> None:
         for line in mix_lines(mix_summary(records), len(records)):
             print(f"  {line}")
     if warm_start and run.sft.export.is_dir():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the model loads twice: no bars between the lines
         print("the warm start on training vs held-out examples (greedy; memorised or learnt?):")
         for line in gap_lines(check_generalisation(run.sft.root, 200, log=lambda _: None)):
             print(f"  {line}")
