@@ -49,6 +49,13 @@ def test_the_demo_graph_runs_twice(slurm_cluster: dict[str, str], tmp_path: Path
         gemm = evaluated["tasks"]["gemm"]  # benchmarked by the submission's worker array
         assert gemm["n"] == 1 and gemm["scored"] == gemm["rows"] == 8  # 8 kernels sampled
         assert "held-out, " in done.stdout and "  gemm  ok_share  " in done.stdout
+        # what a reader needs to believe it: the mix, the warm start's gap, the verdicts
+        lines = done.stdout.splitlines()
+        assert any(line.startswith("  gemm  drawn in ") for line in lines)
+        assert "the warm start on training vs held-out examples" in done.stdout
+        assert "verdicts (worse first):" in done.stdout
+        assert "goal, a held-out improvement beyond its interval: " in done.stdout
+        assert any("(n=1 × 8, distinct " in line for line in lines)  # GEMM: 1 shape x 8
         html = (root / "report" / "report.html").read_text()
         assert "hargo" in html and "data:image/png;base64," in html
         assert f"report:  {root / 'report' / 'report.html'}" in done.stdout

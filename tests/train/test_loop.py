@@ -649,3 +649,24 @@ def test_the_sft_preset_trains_on_a_mix_with_gemm(tmp_path: Path) -> None:
     drawn = {row["task"] for step in (1, 2) for row in
              m.read_records(result.run_dir / "rollouts" / f"step_{step:06d}.jsonl")}
     assert "gemm" in drawn
+
+
+def test_the_mix_summary_says_which_task_had_a_say() -> None:
+    """Per task over step records: the steps it was drawn in, those with contrast, the mean
+    contrast share and HARGO's shares; a task with contrast in under half its steps is a
+    PASSENGER (its groups rarely differ: it barely shapes the update)."""
+    records = [
+        {"tasks/a/contrast_share": 1.0, "tasks/b/contrast_share": 0.0,
+         "tasks/a/weight_share": 0.9, "tasks/a/adv_share": 0.8},
+        {"tasks/a/contrast_share": 0.5, "tasks/b/contrast_share": 0.0},
+        {"tasks/a/contrast_share": 0.0, "tasks/b/contrast_share": 0.5},
+        {"tasks/a/contrast_share": None},  # a not drawn: no contrast share
+    ]
+    found = m.mix_summary(records)
+    assert found["a"] == {"steps": 3, "with_contrast": 2, "contrast_mean": 0.5,
+                          "weight_share": 0.9, "adv_share": 0.8}
+    assert found["b"]["steps"] == 3 and found["b"]["with_contrast"] == 1
+    lines = m.mix_lines(found, 4)
+    assert lines[0].startswith("a  drawn in 3 of 4 steps, contrast in 2 of them (mean share "
+                               "of its groups 0.50); HARGO weight share 0.90 (0.80 with w = 1)")
+    assert "PASSENGER" not in lines[0] and "PASSENGER" in lines[1]
