@@ -4,6 +4,7 @@ extraction, the handoff request, the reward of a bench record and the metrics ov
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,9 @@ def test_metrics_over_bench_records() -> None:
     assert m["gflops_max"] == 30.0
     assert m["ratio_mean"] == pytest.approx(0.65)  # (0.5 + 0.8) / 2
     assert m["ratio_max"] == 0.8
+    # fast_p over the 3 scored: ratios 0.5 and 0.8 are >= 0.25 and >= 0.5, none >= 1
+    assert (m["fast_0.25"], m["fast_0.5"], m["fast_1"]) == pytest.approx((2 / 3, 2 / 3, 0.0))
+    assert m["log2_ratio_mean"] == pytest.approx((math.log2(0.5) + math.log2(0.8)) / 2)
     assert m["reward_mean"] == pytest.approx(30.0)  # (50 + 80 - 40) / 3
     assert m["suspicious"] == 0
     assert m["statuses"] == {**dict.fromkeys(STATUSES, 0), "ok": 2, "compile_error": 1,
@@ -233,6 +237,7 @@ def test_metrics_leave_suspicious_runs_out_of_the_speeds() -> None:
     m = Gemm().metrics(examples, [RECORDS[0], fake])
     assert m["ok_share"] == 1.0 and m["suspicious"] == 1
     assert (m["gflops_mean"], m["gflops_max"], m["ratio_mean"]) == (10.0, 10.0, 0.5)
+    assert m["fast_1"] == 0.0 and m["fast_0.5"] == 0.5  # the 9x suspicious run is not fast
     assert m["reward_mean"] == pytest.approx(25.0)  # (50 + 0) / 2
 
 
