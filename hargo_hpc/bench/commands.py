@@ -70,8 +70,13 @@ def run_cmd(
     reward = "n/a" if res.reward is None else f"{res.reward:.2f}"
     click.echo(f"{res.status}{perf}  reward {reward}" + (f"  ({res.reason})" if res.reason else ""))
     if res.reference_gflops:
-        click.echo(f"  reference {res.reference}: {res.reference_gflops['median']:.2f} GFLOPS in "
-                   f"the same run, ratio {res.ratio:.3f}")  # fmt: skip
+        click.echo(f"  reference {res.reference}: {res.reference_gflops['median']:.2f} GFLOPS on "
+                   f"{res.reference_threads} of {res.threads} thread(s) in the same run, ratio "
+                   f"{res.ratio:.3f}")  # fmt: skip
+    overhead = res.call_overhead_us
+    if overhead and overhead.get("reference") is not None:
+        click.echo(f"  empty call {overhead['candidate']:.1f} us, the reference's "
+                   f"{overhead['reference']:.1f} us (subtracted: reward.speed_ratio)")
     click.echo(
         f"  size {'x'.join(map(str, res.size))}, threads {res.threads}, "
         f"techniques [{', '.join(res.techniques)}], cache {'hit' if res.cache_hit else 'miss'}, "

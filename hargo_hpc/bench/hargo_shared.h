@@ -11,6 +11,7 @@
 #define HARGO_CANDIDATE_FD 4               /* the child's executable (close-on-exec) */
 #define HARGO_REPORT_FD 5                  /* the child's pre-exec report pipe (close-on-exec) */
 #define HARGO_MAX_GUARDS 32
+#define HARGO_EMPTY_CALL 2                 /* `which` of an empty call: gemm is not called */
 
 typedef struct {
     int32_t M, N, K;
@@ -29,7 +30,7 @@ typedef struct {
     volatile uint32_t go;       /* judge -> child: bumped for each call */
     volatile uint32_t done;     /* child -> judge: set to `go` when gemm returned */
     volatile uint32_t ready;    /* child -> judge: 1 once mapped and waiting */
-    volatile int32_t which;     /* 0: timed problem, 1: check problem */
+    volatile int32_t which;     /* 0: timed problem, 1: check problem, 2: empty call */
 } hargo_control;
 
 typedef struct {

@@ -34,7 +34,14 @@
  *
  * Timed repetitions of the candidate and the reference are interleaved (C R, R C, C R, ...) on
  * the same threads and buffers' sizes, so load on the node and the node's speed cancel in g/g_ref.
+ * THREADS is the candidate's thread count k (the runner's: 1 for a kernel whose object starts no
+ * threads); the runner gives both children the same k in their environment (OMP_NUM_THREADS,
+ * OPENBLAS_NUM_THREADS), so the reference runs on as many threads as the candidate may use.
  * Each pair's calls are made with the judge on the next of its CPUs in turn (judge_on_cpu).
+ * After each pair, one empty call of each child in the pair's order (empty_call): the child
+ * wakes, does not call gemm and says done, timed by the same code as a timed call: the
+ * protocol's own cost per call (SIGCONT, futex round trip, SIGSTOP confirmed), which the reward
+ * subtracts (reward.speed_ratio).
  * There are at least REPS pairs; more follow, up to MAX_REPS, until the candidate's timed calls
  * sum to BUDGET_MS: a fast kernel gets many pairs (its per-pair ratio is the noisiest), a slow
  * one few (each of its calls is long enough to average the noise by itself).
@@ -59,7 +66,10 @@
  *     CHILD exec <errno> | load <n>   its binary could not be exec'd / it died (signal n) loading
  *     TIME <seconds>                  one line per timed candidate call
  *     REF <seconds>                   one line per timed reference call
+ *     NOOP <seconds>                  one line per empty candidate call (one per pair)
+ *     REFNOOP <seconds>               one line per empty reference call (one per pair)
  *     CPU <cpu seconds> <wall seconds> one line per timed candidate call
+ *     REFCPU <cpu seconds> <wall seconds> one line per timed reference call (its threads at work)
  *     CPUS <n>                        the CPUs the children may run on (the judge's mask)
  *     KEYS <hex> ...                  the first 64 bits of every candidate call's key
  *     RESULT ok | wrong <why> | inputs <why> | memory <why> | timeout <why> | infra <why>
@@ -125,6 +135,7 @@ typedef struct {
     int running;             /* it said ready: its main runs (deaths before are load failures) */
     double *A0[2], *B0[2], *Cs[2];
     clockid_t cpu;
+    uint32_t calls;          /* `go` of its last call (timed, untimed or empty) */
 } child;
 
 static child cand, ref;
@@ -714,6 +725,37 @@ typedef struct {
     uint64_t key;
 } call_result;
 
+/* The timed section of every call, timed and empty alike: the child is stopped and `which` set;
+ * the clock runs from before SIGCONT until the stop is confirmed: however many threads the
+ * kernel made, waking and stopping them is its own time, and no thread runs unmeasured. */
+static call_result run_call(child *c, int which, double limit_s, const char *what) {
+    hargo_control *ctl = ctl_of(c);
+    ctl->which = which;
+    uint32_t g = ++c->calls;
+    double cpu0 = cpu_seconds(c);
+    double t0 = now();
+    if (kill(c->pid, SIGCONT) != 0) infra("cannot resume a child");
+    __atomic_store_n(&ctl->go, g, __ATOMIC_RELEASE);
+    futex(&ctl->go, FUTEX_WAKE, 1, NULL);
+    if (!wait_word(c, &ctl->done, g, limit_s)) {
+        char why[120];
+        snprintf(why, sizeof why, "the %s call took over %.3g s", what, limit_s);
+        if (c == &ref) infra(why);
+        finish(7, "RESULT timeout %s\n", why);
+    }
+    stop_child(c); /* stray threads stop here: nothing they do later can count */
+    double t1 = now();
+    call_result out = {t1 - t0, cpu_seconds(c) - cpu0, 0};
+    return out;
+}
+
+/* An empty call: on the pair's CPU, the child wakes, skips gemm (kernel_main.c) and says done;
+ * timed exactly as a timed call (run_call), without inputs or checks. */
+static double empty_call(child *c, uint64_t number, double limit_s, const char *what) {
+    judge_on_cpu(number);
+    return run_call(c, HARGO_EMPTY_CALL, limit_s, what).seconds;
+}
+
 static call_result call(child *c, int which, uint64_t seed, uint64_t number, int check,
                         double limit_s, const char *what) {
     hargo_problem *p = &c->lay.problem[which];
@@ -731,26 +773,7 @@ static call_result call(child *c, int which, uint64_t seed, uint64_t number, int
     for (size_t i = 0; i < nc; i++) C[i] = NAN;
     memcpy(A, c->A0[which], na * sizeof(double));
     memcpy(B, c->B0[which], nb * sizeof(double));
-    hargo_control *ctl = ctl_of(c);
-    ctl->which = which;
-    uint32_t g = (uint32_t)number + 1u;
-
-    /* the clock runs from before SIGCONT until the stop is confirmed: however many threads the
-     * kernel made, waking and stopping them is its own time, and no thread runs unmeasured */
-    double cpu0 = cpu_seconds(c);
-    double t0 = now();
-    if (kill(c->pid, SIGCONT) != 0) infra("cannot resume a child");
-    __atomic_store_n(&ctl->go, g, __ATOMIC_RELEASE);
-    futex(&ctl->go, FUTEX_WAKE, 1, NULL);
-    if (!wait_word(c, &ctl->done, g, limit_s)) {
-        char why[120];
-        snprintf(why, sizeof why, "the %s call took over %.3g s", what, limit_s);
-        if (c == &ref) infra(why);
-        finish(7, "RESULT timeout %s\n", why);
-    }
-    stop_child(c); /* stray threads stop here: nothing they do later can count */
-    double t1 = now();
-    call_result out = {t1 - t0, cpu_seconds(c) - cpu0, 0};
+    call_result out = run_call(c, which, limit_s, what);
     memcpy(&out.key, key, sizeof out.key);
     memcpy(c->Cs[which], C, nc * sizeof(double));
     if (!check) return out;
@@ -836,8 +859,12 @@ int main(int argc, char **argv) {
     double *times = calloc((size_t)max_reps, sizeof(double));
     double *cpus = calloc((size_t)max_reps, sizeof(double));
     double *ref_times = calloc((size_t)max_reps, sizeof(double));
+    double *ref_cpus = calloc((size_t)max_reps, sizeof(double));
+    double *empty = calloc((size_t)max_reps, sizeof(double));
+    double *ref_empty = calloc((size_t)max_reps, sizeof(double));
     uint64_t *keys = calloc(ncalls, sizeof(uint64_t));
-    if (!times || !cpus || !ref_times || !keys) infra("malloc failed");
+    if (!times || !cpus || !ref_times || !ref_cpus || !empty || !ref_empty || !keys)
+        infra("malloc failed");
     if (with_ref) {
         spawn(&ref, ref_path, 0, (uid_t)-1, (gid_t)-1);
         await_ready(&ref, 30.0);
@@ -858,14 +885,21 @@ int main(int argc, char **argv) {
     double timed_s = 0.0;
     for (int r = 0; r < max_reps && (r < min_reps || timed_s < budget_s); r++, number++, reps++) {
         int ref_first = with_ref && (r % 2 == 1);
-        if (ref_first) ref_times[r] = call(&ref, 0, seed, number, 0, call_s, "reference").seconds;
+        call_result refd = {0, 0, 0};
+        if (ref_first) refd = call(&ref, 0, seed, number, 0, call_s, "reference");
         call_result got = call(&cand, 0, seed, number, 1, call_s, "timed");
         times[r] = got.seconds;
         timed_s += got.seconds;
         cpus[r] = got.cpu;
         keys[number] = got.key;
+        if (with_ref && !ref_first) refd = call(&ref, 0, seed, number, 0, call_s, "reference");
+        ref_times[r] = refd.seconds;
+        ref_cpus[r] = refd.cpu;
+        /* the protocol's cost, in the pair's order and on its CPU: not counted in the budget */
+        if (ref_first) ref_empty[r] = empty_call(&ref, number, call_s, "empty reference");
+        empty[r] = empty_call(&cand, number, call_s, "empty");
         if (with_ref && !ref_first)
-            ref_times[r] = call(&ref, 0, seed, number, 0, call_s, "reference").seconds;
+            ref_empty[r] = empty_call(&ref, number, call_s, "empty reference");
     }
     keys[number] = call(&cand, 1, seed, number, 1, untimed_s, "check").key;
     number++;
@@ -873,7 +907,11 @@ int main(int argc, char **argv) {
 
     for (int r = 0; r < reps; r++) say("TIME %.9e\n", times[r]);
     for (int r = 0; with_ref && r < reps; r++) say("REF %.9e\n", ref_times[r]);
+    for (int r = 0; r < reps; r++) say("NOOP %.9e\n", empty[r]);
+    for (int r = 0; with_ref && r < reps; r++) say("REFNOOP %.9e\n", ref_empty[r]);
     for (int r = 0; r < reps; r++) say("CPU %.9e %.9e\n", cpus[r], times[r]);
+    for (int r = 0; with_ref && r < reps; r++)
+        say("REFCPU %.9e %.9e\n", ref_cpus[r], ref_times[r]);
     say("CPUS %d\n", CPU_COUNT(&allowed));
     fprintf(verdict, "KEYS");
     for (size_t k = 0; k < number; k++) fprintf(verdict, " %016llx", (unsigned long long)keys[k]);

@@ -29,7 +29,7 @@ class JudgeArgs:
     seed: int  # 0: every call's inputs from getrandom
     uid: int  # the candidate's uid and gid, -1: keep the judge's
     gid: int
-    threads: int
+    threads: int  # k: the threads the kernel may use and the reference runs on
     untimed_ms: int  # each warm-up and check call's limit
     call_ms: int  # each timed call's limit
     output: int  # bytes the children may write to stdout and stderr

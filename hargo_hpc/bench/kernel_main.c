@@ -3,7 +3,8 @@
  * or the trusted reference) into the executable the judge execs after the fork, the uid drop
  * and (for the model's kernel) the seccomp filter.  It maps the memfd on fd 3, makes the guard
  * pages inaccessible, says it is ready, and then runs gemm on the shared buffers each time the
- * judge bumps `go`; between calls the judge keeps it stopped.
+ * judge bumps `go` (an empty call, `which` = HARGO_EMPTY_CALL, says done without calling it: the
+ * judge times the protocol alone); between calls the judge keeps it stopped.
  */
 #define _GNU_SOURCE
 #include <linux/futex.h>
@@ -44,9 +45,12 @@ int main(void) {
         while ((g = __atomic_load_n(&ctl->go, __ATOMIC_ACQUIRE)) == seen)
             futex(&ctl->go, FUTEX_WAIT, seen);
         seen = g;
-        const hargo_problem *p = &h->layout.problem[ctl->which ? 1 : 0];
-        gemm(p->M, p->N, p->K, (const double *)(base + p->a_off), (const double *)(base + p->b_off),
-             (double *)(base + p->c_off));
+        int32_t which = ctl->which;
+        if (which != HARGO_EMPTY_CALL) {
+            const hargo_problem *p = &h->layout.problem[which ? 1 : 0];
+            gemm(p->M, p->N, p->K, (const double *)(base + p->a_off),
+                 (const double *)(base + p->b_off), (double *)(base + p->c_off));
+        }
         __atomic_store_n(&ctl->done, g, __ATOMIC_RELEASE);
         futex(&ctl->done, FUTEX_WAKE, 1);
     }

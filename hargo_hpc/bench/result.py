@@ -17,7 +17,9 @@ from hargo_hpc.bench.reward import is_suspicious, penalty, shaped_reward
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.verdict import Verdict
 
-HARNESS_VERSION = "2.1.0"  # 2.1: reward rising above the reference, peak bound
+# 2.1: reward rising above the reference, peak bound; 2.2: the reference on the kernel's k
+# threads (q scaled by k / T), the protocol's per-call cost measured and subtracted
+HARNESS_VERSION = "2.2.0"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class BenchResult:
     peak: dict[str, Any] | None = None
     ratio: float | None = None
     threads: int = 0
+    reference_threads: int | None = None
+    call_overhead_us: dict[str, float | None] | None = None
     compiler: str = ""
     compiler_version: str = ""
     flags: list[str] = field(default_factory=list)
@@ -180,7 +184,7 @@ def make_record(req: BenchRequest, settings: BenchSettings, stages: Stages, thre
     p, src, build, ref, run = (problem_of(req, settings), stages.source, stages.build, stages.ref,
                                stages.run)
     timing = stages.verdict.timing if stages.verdict.status == "ok" else None
-    measured = timing.record_fields(p.flops) if timing else {}
+    measured = timing.record_fields(p.flops, threads) if timing else {}
     scored = score(stages.verdict, measured, threads, settings, peak)
     outputs = [x for x in (build.output if build else "", run.output if run else "") if x]
     return BenchResult(

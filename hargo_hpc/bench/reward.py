@@ -11,7 +11,8 @@ Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`
     infra_error        None   the harness/machine failed; never scored, the trainer drops it
 
 An `ok` run is rewarded by `shaped_reward` from its speed ratio q to the trusted reference timed
-in the same run (interleaved, same threads: reference.py, judge.c; `speed_ratio`): strictly
+in the same run (interleaved, on the threads the kernel may use, scaled to the allocation, the
+protocol's per-call cost subtracted: reference.py, judge.c; `speed_ratio`): strictly
 increasing in q over the whole range q >= 0, above the reference too, so no honest kernel faster
 than another gets less. It is `suspicious` (reward 0) only above what no kernel can honestly
 reach: its median GFLOPS over the node's theoretical peak bound (`is_suspicious`, peak.py), or
@@ -40,14 +41,53 @@ def penalty(status: str, settings: BenchSettings) -> float | None:
     return float(getattr(settings.penalties, status))
 
 
-def speed_ratio(times: Sequence[float], ref_times: Sequence[float]) -> float:
-    """q = median_r (u_r / t_r): the candidate's speed over the reference's, from the pairs of
-    calls the judge ran next to each other (t_r the candidate's seconds, u_r the reference's).
+MIN_CALL_SHARE = 0.1  # a call less the protocol's cost counts as at least this share of it
 
-    Pairing cancels what drifts between pairs (another job starting, the VM's speed level)
-    better than the ratio of the two medians; q estimates g / g_ref (GFLOPS of the same size).
+
+def speed_ratio(times: Sequence[float], ref_times: Sequence[float], *, threads: int = 1,
+                allocated: int = 1, overhead: float | None = None,
+                ref_overhead: float | None = None) -> float:  # fmt: skip
+    """The speed ratio q of a run, from the pairs of calls the judge ran next to each other
+    (t_r the candidate's seconds, u_r the reference's, on the same k threads):
+
+        q = (k / T) * median_r (u'_r / t'_r)
+        t'_r = max(t_r - o, s t_r),   o = min(o_c, o_r)
+        u'_r = max(u_r - o_r, s u_r)                          s = MIN_CALL_SHARE (0.1)
+
+    k (`threads`): the threads the kernel may use and the reference ran on: 1 for a kernel whose
+    object starts no threads, else T (runner.kernel_threads). T (`allocated`): the threads the
+    request was given. o_c, o_r (`overhead`, `ref_overhead`): the medians of the candidate's
+    and the reference's empty calls (judge.c's empty_call: wake, no gemm, done, stop; None: no
+    empty calls in the record, nothing is subtracted).
+
+    Why each part:
+    * pairs: the median of the pairs' ratios cancels what drifts between pairs (another job
+      starting, the VM's speed level) better than the ratio of the two medians;
+    * k threads on both sides: a serial kernel was timed next to a reference on all T threads,
+      and load on the node slows a T-thread team (it waits for whichever thread was preempted)
+      far more than one thread: its q moved with the load. With the same k on both sides the
+      load hits both calls of a pair alike;
+    * k / T: a k-thread reference scaled to T ideal threads (T/k times its speed) is the bar,
+      so parallelism still pays: a kernel parallelised over T threads earns about T times the
+      q of the same kernel serial (against the real T-thread reference, whose scaling loss
+      it does not pay; for k = T the factor is 1 and q is the plain paired ratio);
+    * o: every timed call includes the protocol's own cost (about an empty call), which is not
+      the kernel's and at 128^3 is a large share of a fast kernel's call: it pulled q toward 1.
+      The reference's o_r is trusted (its binary is the project's); the candidate's empty
+      calls run in its own process, whose code could slow them to inflate what is subtracted,
+      so at most o_r is subtracted from the candidate (min: a kernel gains nothing by it);
+    * s: at tiny sizes noise can make a call shorter than the median empty call; a call never
+      counts as less than a tenth of its measured time, so no time is <= 0 (the verdict
+      refuses a record with t_r or u_r <= 0) and the correction is bounded.
     """
-    return statistics.median(u / t for t, u in zip(times, ref_times, strict=True))
+    if overhead is None or ref_overhead is None:
+        o = o_r = 0.0
+    else:
+        o, o_r = min(overhead, ref_overhead), ref_overhead
+    share = MIN_CALL_SHARE
+    ratios = [max(u - o_r, share * u) / max(t - o, share * t)
+              for t, u in zip(times, ref_times, strict=True)]  # fmt: skip
+    return threads / allocated * statistics.median(ratios)
 
 
 def is_suspicious(gflops: float, peak_bound: float | None, ref_best: float | None,

@@ -58,13 +58,22 @@ from hargo_hpc.bench.validate import Violation, check_forbidden, check_source
 from hargo_hpc.bench.verdict import EXEC_FAILED, JudgeExit, Verdict, parse_verdict
 
 __all__ = ["EXEC_FAILED", "HARNESS_VERSION", "BenchRequest", "BenchResult", "Problem",
-           "allocated_threads", "run_bench", "run_request"]  # fmt: skip
+           "allocated_threads", "kernel_threads", "run_bench", "run_request"]  # fmt: skip
 JUDGE_FILE_SIZE = 1 << 40  # RLIMIT_FSIZE of the judge: its memfds are files too
 PROBE_TTL_S = 60.0
 
 
 def allocated_threads(settings: BenchSettings) -> int:
+    """T: the threads a request is given (`threads`, 0 = the worker's CPUs)."""
     return settings.threads or len(os.sched_getaffinity(0))
+
+
+def kernel_threads(build: Build, settings: BenchSettings) -> int:
+    """k: the threads the kernel may use and the reference runs on in its run: T when the
+    kernel's object calls a runtime entry that starts threads (`Build.openmp`: GOMP_parallel*,
+    GOMP_teams*, __kmpc_fork_*, pthread_create; the compiler's own record), else 1. The judge's
+    CPU tripwire holds a kernel to it (a serial kernel that starts threads anyway is flagged)."""
+    return allocated_threads(settings) if build.openmp else 1
 
 
 def run_request(
@@ -189,20 +198,24 @@ def judge_args(build: Build, ref: Reference, p: Problem, settings: BenchSettings
                ids: tuple[int, int] | None) -> JudgeArgs:  # fmt: skip
     """What the judge is asked: the binaries, the sizes, the calls and their limits. Seed 0:
     every call's inputs from getrandom (keys in `input_keys`); a fixed seed reproduces a run
-    but is predictable to the kernel (debugging only)."""
+    but is predictable to the kernel (debugging only). `threads` is the kernel's k
+    (`kernel_threads`): the judge's CPU tripwire and the run's thread variables, so the
+    reference runs on k threads too (`_run_env`)."""
     uid, gid = ids if ids else (-1, -1)
     fewest, most = settings.pair_bounds()
     return JudgeArgs(
         candidate=str(build.binary), reference=str(ref.binary), m=p.M, n=p.N, k=p.K,
         m2=p.check[0], n2=p.check[1], k2=p.check[2], warmup=settings.warmup, reps=fewest,
         max_reps=most, budget_ms=settings.timed_budget_ms, seed=settings.seed, uid=uid, gid=gid,
-        threads=allocated_threads(settings),
+        threads=kernel_threads(build, settings),
         untimed_ms=int(settings.untimed_call_timeout_s * 1000), call_ms=int(timeout * 1000),
         output=settings.output_limit_bytes,
     )  # fmt: skip
 
 
 def _run_env(workdir: str, threads: int, settings: BenchSettings, ref: Reference) -> dict[str, str]:
+    """The judge's environment, which both children inherit: `threads` (the kernel's k) for
+    OpenMP and OpenBLAS, so the reference runs on the threads the kernel may use."""
     t = str(threads)
     omp = {"OMP_NUM_THREADS": t, "OMP_THREAD_LIMIT": t, "OMP_DYNAMIC": "false",
            "OPENBLAS_NUM_THREADS": t}  # fmt: skip
@@ -218,7 +231,7 @@ def _execute(judge: Path, build: Build, ref: Reference, p: Problem, settings: Be
     """Run the judge on the candidate and the reference once, in a fresh directory, and read
     its verdict (verdict.py)."""
     args = judge_args(build, ref, p, settings, timeout, ids)
-    limits = Limits(wall_s=timeout, cpu_s=int(timeout * args.threads) + 1,
+    limits = Limits(wall_s=timeout, cpu_s=int(timeout * allocated_threads(settings)) + 1,
                     address_space_mb=settings.memory_limit_mb, processes=settings.max_processes,
                     file_size_bytes=JUDGE_FILE_SIZE,  # its memfds; it lowers the kernel's limit
                     open_files=32, stack_mb=8)  # fmt: skip

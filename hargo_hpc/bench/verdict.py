@@ -49,20 +49,42 @@ class JudgeExit:
 
 @dataclass(frozen=True)
 class Timing:
-    """The timed calls of a run that ended `ok`: seconds per call, pairwise interleaved."""
+    """The timed calls of a run that ended `ok`: seconds per call, pairwise interleaved; the
+    empty calls (one of each child per pair: the protocol's own cost; () from a judge without
+    them); `threads` the k threads the kernel could use and the reference ran on."""
 
     times: tuple[float, ...]
     reference: tuple[float, ...]
     keys: tuple[str, ...] = ()  # the first 64 bits of each candidate call's key (hex)
+    empty: tuple[float, ...] = ()
+    reference_empty: tuple[float, ...] = ()
+    threads: int = 1
+    reference_cpu: tuple[float, ...] = ()  # CPU seconds of each timed reference call
 
-    def record_fields(self, flops: int) -> dict[str, Any]:
-        """The result record's times_s, gflops, reference_gflops, ratio and input_keys."""
+    def overheads(self) -> tuple[float | None, float | None]:
+        """The medians of the candidate's and the reference's empty calls (None: none)."""
+        return (statistics.median(self.empty) if self.empty else None,
+                statistics.median(self.reference_empty) if self.reference_empty else None)
+
+    def record_fields(self, flops: int, allocated: int) -> dict[str, Any]:
+        """The result record's times_s, gflops, reference_gflops, ratio (`speed_ratio` with the
+        k = `threads` of this run and the `allocated` T), reference_threads, call_overhead_us
+        and input_keys."""
         times, refs = list(self.times), list(self.reference)
+        o_c, o_r = self.overheads()
+        q = speed_ratio(times, refs, threads=self.threads, allocated=allocated, overhead=o_c,
+                        ref_overhead=o_r)  # fmt: skip
+        overhead = None if o_c is None else {
+            "candidate": round(o_c * 1e6, 2),
+            "reference": None if o_r is None else round(o_r * 1e6, 2)}  # fmt: skip
         return {"times_s": {"median": statistics.median(times), "min": min(times),
-                            "max": max(times), "all": times, "reference": refs},
+                            "max": max(times), "all": times, "reference": refs,
+                            "empty": list(self.empty),
+                            "reference_empty": list(self.reference_empty),
+                            "reference_cpu": list(self.reference_cpu)},
                 "gflops": gflops(flops, times), "reference_gflops": gflops(flops, refs),
-                "ratio": round(speed_ratio(times, refs), 6),
-                "input_keys": list(self.keys[:64])}  # fmt: skip
+                "ratio": round(q, 6), "reference_threads": self.threads,
+                "call_overhead_us": overhead, "input_keys": list(self.keys[:64])}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -157,19 +179,29 @@ def _timed(lines: Sequence[str], args: JudgeArgs, wall_s: float,
         refs = [float(ln.split()[1]) for ln in lines if ln.startswith("REF ")]
         cpu = [(float(ln.split()[1]), float(ln.split()[2])) for ln in lines
                if ln.startswith("CPU ")]  # fmt: skip
+        empty = [float(ln.split()[1]) for ln in lines if ln.startswith("NOOP ")]
+        ref_empty = [float(ln.split()[1]) for ln in lines if ln.startswith("REFNOOP ")]
+        ref_cpu = [float(ln.split()[1]) for ln in lines if ln.startswith("REFCPU ")]
     except (IndexError, ValueError):
-        times, refs, cpu = [], [], []
+        times, refs, cpu, empty, ref_empty, ref_cpu = [], [], [], [], [], []
     fewest, most = args.pair_bounds
-    if not fewest <= len(times) <= most or len(refs) != len(times) or not all(
-        math.isfinite(x) and x > 0 for x in (*times, *refs)
-    ):
+    # the empty calls (one of each child per pair) and REFCPU (one per reference call): all, or
+    # none at all (a judge before them)
+    empties_ok = (not empty and not ref_empty) or (len(empty) == len(times)
+                                                   and len(ref_empty) == len(refs))  # fmt: skip
+    ref_cpu_ok = len(ref_cpu) in (0, len(refs)) and all(math.isfinite(c) and c >= 0
+                                                       for c in ref_cpu)  # fmt: skip
+    if (not fewest <= len(times) <= most or len(refs) != len(times) or not empties_ok
+            or not ref_cpu_ok or not all(math.isfinite(x) and x > 0
+                                         for x in (*times, *refs, *empty, *ref_empty))):
         return Verdict("runtime_error", "the judge's timing record is damaged", facts=facts)
-    total = sum(times) + sum(refs)
+    total = sum(times) + sum(refs) + sum(empty) + sum(ref_empty)
     if total > wall_s:
         return Verdict("runtime_error", f"impossible timing record: the timed calls sum to "
                        f"{total:.3f} s in a run of {wall_s:.3f} s", facts=facts)  # fmt: skip
     keys = next((ln.split()[1:] for ln in lines if ln.startswith("KEYS ")), [])
-    timing = Timing(tuple(times), tuple(refs), tuple(keys[:64]))
+    timing = Timing(tuple(times), tuple(refs), tuple(keys[:64]), tuple(empty),
+                    tuple(ref_empty), args.threads, tuple(ref_cpu))  # fmt: skip
     counts = [m.group(1) for ln in lines if (m := CPUS_LINE.fullmatch(ln))]
     why = cpu_flag(cpu, args.threads, int(counts[0]) if counts else None)
     if not why:

@@ -14,10 +14,13 @@ from hargo_hpc.bench.calibrate import REFERENCE_KERNELS, kernel_source
 from hargo_hpc.bench.commands import bench
 from hargo_hpc.bench.roof import load_roof, roof_file
 
+from .test_reference_threads import ratio_by_hand
+
 FIELDS = {
     "request_id", "status", "reward", "reason", "code_hash", "problem", "size", "check_size",
     "gflops", "times_s", "seed", "input_keys", "suspicious", "reference", "reference_kernel",
-    "reference_coretype", "reference_gflops", "peak", "ratio", "threads", "compiler",
+    "reference_coretype", "reference_gflops", "peak", "ratio", "threads", "reference_threads",
+    "call_overhead_us", "compiler",
     "compiler_version", "flags", "techniques", "forbidden", "stage", "cache_hit", "compile_s",
     "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable", "harness_version",
 }  # fmt: skip
@@ -32,9 +35,10 @@ def test_reference_kernels_are_ok(name, settings, cache_dir, run_tmp) -> None:
     assert 0 < g["min"] <= g["median"] <= g["max"] < 1000
     assert 0 < ref["min"] <= ref["median"] <= ref["max"] < 1000
     assert rec["reference"].startswith("openblas (libscipy_openblas")
-    t, u = rec["times_s"]["all"], rec["times_s"]["reference"]
-    ratios = sorted(b / a for a, b in zip(t, u, strict=True))  # 2 pairs: the median is the mean
-    assert rec["ratio"] == pytest.approx(sum(ratios) / 2, rel=1e-4)
+    # harness 2.2 changed the definition (issue U 4, 5): the reference on the kernel's k threads
+    # (1 for the serial kernels), q scaled by k / T, the empty calls' medians subtracted
+    assert rec["reference_threads"] == (rec["threads"] if name in ("openmp", "simd") else 1)
+    assert rec["ratio"] == pytest.approx(ratio_by_hand(rec), rel=1e-4)
     q = rec["ratio"]  # scaled: 100 q up to the reference, 100 (2 - 1/q) above it
     assert rec["reward"] == pytest.approx(100 * q if q <= 1 else 100 * (2 - 1 / q), rel=1e-4)
     # the core OpenBLAS reports it ran, and the peak the run was bounded by

@@ -234,14 +234,16 @@ def record(times: list[float], refs: list[float], cpu: list[tuple[float, float]]
             "KEYS 00", "RESULT ok"]  # fmt: skip
 
 
-def parsed(lines: list[str], wall: float, threads: int = 2,
-           peak: dict | None = None) -> BenchResult:  # fmt: skip
+def parsed(lines: list[str], wall: float, threads: int = 2, peak: dict | None = None,
+           kernel_threads: int | None = None) -> BenchResult:  # fmt: skip
     """The record of a 100^3 run whose judge wrote `lines` and ran `wall` seconds (on a node
-    whose peak is `peak`, else this one's)."""
+    whose peak is `peak`, else this one's), `threads` allocated, the kernel's k
+    `kernel_threads` (None: all of them)."""
     settings = BenchSettings(repetitions=2)
     problem = Problem(M=100, N=100, K=100)
+    k = threads if kernel_threads is None else kernel_threads
     args = JudgeArgs("k.bin", "ref.bin", 100, 100, 100, 97, 97, 97, 1, 2, 2, 0, 0, -1, -1,
-                     threads, 1000, 1000, 1 << 20)  # fmt: skip
+                     k, 1000, 1000, 1 << 20)  # fmt: skip
     verdict = parse_verdict(JudgeExit(0, None, False, wall, 10.0), lines, args)
     return make_record(BenchRequest(id="t", completion="", problem=problem), settings,
                        Stages(verdict), threads, 0.0, peak)  # fmt: skip
@@ -254,6 +256,17 @@ def test_the_reward_is_the_ratio_to_the_reference_of_the_same_run() -> None:
     assert res.status == "ok" and res.gflops["median"] == 2.0
     assert res.reference_gflops["median"] == 4.0 and res.ratio == 0.5
     assert res.reward == pytest.approx(50.0) and not res.suspicious
+
+
+def test_a_serial_kernel_is_rewarded_against_the_serial_reference_times_t() -> None:
+    """Issue U 4: a serial kernel (k = 1) of a 2-thread request ran next to a 1-thread
+    reference: 1 ms against 0.5 ms is q = (1 / 2) x 0.5 = 0.25, reward 25; the record says the
+    reference ran on 1 thread and keeps the measured GFLOPS of both sides."""
+    res = parsed(record([1e-3, 1e-3], [5e-4, 5e-4], [(1e-3, 1e-3)] * 2), wall=0.5,
+                 kernel_threads=1)  # fmt: skip
+    assert res.status == "ok" and res.ratio == 0.25 and res.reward == pytest.approx(25.0)
+    assert res.threads == 2 and res.reference_threads == 1
+    assert res.gflops["median"] == 2.0 and res.reference_gflops["median"] == 4.0
 
 
 def parsed_on(lines: list[str], peak_bound: float, wall: float = 0.5) -> BenchResult:

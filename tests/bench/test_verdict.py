@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import signal
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 from importlib import resources
 
 import pytest
@@ -44,10 +44,58 @@ def test_ok_carries_the_timed_calls_and_the_sandbox_facts() -> None:
     assert v.timing.times == (1e-3, 1.1e-3) and v.timing.reference == (5e-4, 5e-4)
     assert v.timing.keys[0] == "00000000000000a1" and len(v.timing.keys) == 4
     assert v.facts == {"uid": "61001", "rt": "on", "seccomp": "on"}
-    fields_ = v.timing.record_fields(2_000_000)
+    fields_ = v.timing.record_fields(2_000_000, 2)  # k = T = 2: q is the plain paired ratio
     assert fields_["gflops"]["median"] == pytest.approx(1.9048, abs=1e-4)
     # the median of the pairs' ratios 0.5 / 1.0 and 0.5 / 1.1
     assert fields_["reference_gflops"]["median"] == 4.0 and fields_["ratio"] == 0.477273
+
+
+EMPTY = ["NOOP 1.0e-04", "NOOP 3.0e-04", "REFNOOP 1.0e-04", "REFNOOP 1.0e-04",
+         "REFCPU 5.0e-04 5.0e-04", "REFCPU 4.9e-04 5.0e-04"]  # fmt: skip
+
+
+def test_the_empty_calls_are_read_recorded_and_subtracted() -> None:
+    """Issue U 5: one empty call of each child per pair (NOOP, REFNOOP), the reference's CPU
+    per call (REFCPU). Medians o_c = 0.2 ms, o_r = 0.1 ms: min(o_c, o_r) = 0.1 ms comes off the
+    candidate's calls (1.0 -> 0.9, 1.1 -> 1.0 ms), o_r off the reference's (0.5 -> 0.4 ms):
+    ratios 0.444, 0.4 -> median 0.422222; with k = T = 2 (ARGS) no scaling."""
+    v = verdict([*STARTED, *TIMED, *EMPTY, "RESULT ok"])
+    assert v.status == "ok" and v.timing.empty == (1e-4, 3e-4)
+    assert v.timing.reference_empty == (1e-4, 1e-4) and v.timing.threads == 2
+    fields_ = v.timing.record_fields(2_000_000, 2)
+    assert fields_["call_overhead_us"] == {"candidate": 200.0, "reference": 100.0}
+    assert fields_["ratio"] == pytest.approx((0.4 / 0.9 + 0.4 / 1.0) / 2, abs=1e-6)
+    assert fields_["reference_threads"] == 2
+    assert fields_["times_s"]["reference_cpu"] == [5e-4, 4.9e-4]
+    # a serial kernel's run (k = 1) of a 2-thread request: half of it
+    serial = parse_verdict(ended(), [*STARTED, *TIMED, *EMPTY, "RESULT ok"],
+                           replace(ARGS, threads=1)).timing.record_fields(2_000_000, 2)  # fmt: skip
+    assert serial["ratio"] == pytest.approx(fields_["ratio"] / 2, abs=1e-6)
+    assert serial["reference_threads"] == 1
+    # a judge before the empty calls: no overhead known, nothing subtracted
+    assert verdict([*STARTED, *TIMED, "RESULT ok"]).timing.record_fields(
+        2_000_000, 2)["call_overhead_us"] is None
+
+
+@pytest.mark.parametrize("lines", [
+    EMPTY[1:],  # one NOOP of two
+    [EMPTY[0], EMPTY[1]],  # no REFNOOP
+    ["NOOP -1e-4", *EMPTY[1:]],
+    ["NOOP nan", *EMPTY[1:]],
+    ["NOOP", *EMPTY[1:]],
+    [*EMPTY[:4], EMPTY[4]],  # one REFCPU of two
+    [*EMPTY[:4], "REFCPU -1 5e-4", EMPTY[5]],
+])  # fmt: skip
+def test_damaged_empty_calls_are_refused(lines) -> None:
+    v = verdict([*STARTED, *TIMED, *lines, "RESULT ok"])
+    assert v.status == "runtime_error" and "damaged" in v.reason, lines
+
+
+def test_the_empty_calls_count_in_the_run_time() -> None:
+    # the timed calls sum to 3.1 ms; with 2 x 0.3 s of empty calls they exceed a 0.5 s run
+    lines = [*STARTED, *TIMED, "NOOP 0.3", "NOOP 0.3", "REFNOOP 1e-4", "REFNOOP 1e-4", "RESULT ok"]
+    v = verdict(lines)
+    assert v.status == "runtime_error" and "impossible timing record" in v.reason
 
 
 @pytest.mark.parametrize(("result", "code", "status", "reason"), [
