@@ -78,7 +78,7 @@ demo: install cluster-up  ## the main job, end to end on the local cluster
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/demo.py
 
-paper-table: install cluster-up  ## the ten methods + HARGO's ablations x 2 seeds (about 1 h here; not in CI): jobs/paper.toml on HPCGPT_DIR
+paper-table: install cluster-up  ## the ten methods + HARGO's ablations x 2 seeds (about 80 min here; not in CI): jobs/paper.toml on HPCGPT_DIR
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/paper_table.py $(if $(HPCGPT_DIR),--data $(abspath $(HPCGPT_DIR)))
 

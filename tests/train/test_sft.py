@@ -398,7 +398,8 @@ def test_hargo_sft_ends_with_the_form_check(tmp_path: Path) -> None:
     assert [line.split()[1:3] for line in form] == [
         ["data_race_c", "support_rate"], ["gemm", "compiled_share"], ["gemm", "ok_share"]]
     assert all(" -> " in line for line in form)
-    assert "(n=3)" in form[0]  # gemm: 1 held-out problem of the shipped 48 (0.02 x 48, rounded)
+    assert "(n=3, distinct " in form[0]  # data race: 3 held-out examples, each its own draw
+    assert f"(n=1 × {Gemm.eval_samples}, distinct " in form[1]  # gemm: 1 problem of 48, its samples
     evaluated = json.loads((tmp_path / "form" / "sft" / "eval" / "metrics.json").read_text())
     assert evaluated["baseline"] == "tiny"
     gemm = evaluated["tasks"]["gemm"]
