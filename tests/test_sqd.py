@@ -110,6 +110,17 @@ def test_a_required_technique_missing_keeps_the_result_out() -> None:
     assert sqd.archive == {}
 
 
+def test_an_ok_kernel_off_its_stage_is_neither_progress_nor_an_elite() -> None:
+    """The bench judged the code, then found a forbidden technique (`off_stage`, reward -5):
+    the kernel ran, but not as the stage asked."""
+    sqd = Sqd(SqdSettings(patience=1), ["p"])
+    off = {**ok(50.0, ("openmp",), "o"), "off_stage": ["openmp"], "reward": -5.0}
+    sqd.observe(1, [Result("p", "omp", off)])
+    assert sqd.archive == {} and sqd.problems["p"].stale == 0  # no mark to plateau at
+    sqd.observe(2, [Result("p", "plain", ok(5.0, (), "p"))])
+    assert list(sqd.archive) == ["p|none"]
+
+
 def test_the_state_round_trips_and_its_file_keeps_a_backup(tmp_path: Path) -> None:
     settings = SqdSettings(patience=1)
     sqd = Sqd(settings, ["p"])

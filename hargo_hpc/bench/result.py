@@ -6,6 +6,7 @@ here (`score`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -18,8 +19,9 @@ from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.verdict import Verdict
 
 # 2.1: reward rising above the reference, peak bound; 2.2: the reference on the kernel's k
-# threads (q scaled by k / T), the protocol's per-call cost measured and subtracted
-HARNESS_VERSION = "2.2.0"
+# threads (q scaled by k / T), the protocol's per-call cost measured and subtracted; 2.3: an SQD
+# stage's rules judged after the code (an ok kernel off its stage: penalties.off_stage)
+HARNESS_VERSION = "2.3.0"
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class BenchResult:
     flags: list[str] = field(default_factory=list)
     techniques: list[str] = field(default_factory=list)
     forbidden: list[str] = field(default_factory=list)
+    off_stage: list[str] = field(default_factory=list)  # forbidden techniques an ok kernel used
     stage: int | None = None
     cache_hit: bool = False
     compile_s: float | None = None
@@ -145,6 +148,7 @@ class Stages:
     ref: Reference | None = None
     run: JudgeRun | None = None
     trace: str = ""  # a harness bug's traceback: the record's output
+    off_stage: list[str] = field(default_factory=list)  # forbidden techniques an ok kernel used
 
 
 @dataclass(frozen=True)
@@ -156,14 +160,19 @@ class Score:
 
 
 def score(verdict: Verdict, measured: dict[str, Any], threads: int, settings: BenchSettings,
-          peak: dict[str, Any] | None = None) -> Score:  # fmt: skip
-    """The reward of a verdict: its penalty, or for `ok` the shaped speed ratio to the reference
+          peak: dict[str, Any] | None = None, off_stage: Sequence[str] = ()) -> Score:  # fmt: skip
+    """The reward of a verdict: its penalty; for `ok` off its stage (`off_stage`: the forbidden
+    techniques it used) `penalties.off_stage`; else the shaped speed ratio to the reference
     (reward.py); 0 if suspicious: CPU outside the timed calls (the verdict), or above the node's
     peak bound (peak.py, derived now unless given, recorded in `peak`)."""
     if verdict.status != "ok":
         return Score(penalty(verdict.status, settings), reason=verdict.reason)
     g, ratio = measured["gflops"]["median"], measured["ratio"]
     peak = peak or machine_peak(threads, settings.peak_margin).to_dict()
+    if off_stage:
+        return Score(settings.penalties.off_stage, verdict.suspicious,
+                     f"off stage: uses technique(s) forbidden at this stage: "
+                     f"{', '.join(off_stage)}", peak)  # fmt: skip
     if verdict.suspicious:
         return Score(0.0, True, verdict.reason, peak)
     best = measured["reference_gflops"]["max"] if measured["reference_gflops"] else None
@@ -185,7 +194,7 @@ def make_record(req: BenchRequest, settings: BenchSettings, stages: Stages, thre
                                stages.run)
     timing = stages.verdict.timing if stages.verdict.status == "ok" else None
     measured = timing.record_fields(p.flops, threads) if timing else {}
-    scored = score(stages.verdict, measured, threads, settings, peak)
+    scored = score(stages.verdict, measured, threads, settings, peak, stages.off_stage)
     outputs = [x for x in (build.output if build else "", run.output if run else "") if x]
     return BenchResult(
         request_id=req.id, status=stages.verdict.status, reward=scored.reward,
@@ -196,7 +205,8 @@ def make_record(req: BenchRequest, settings: BenchSettings, stages: Stages, thre
         reference_coretype=ref.coretype if ref else "", peak=scored.peak, threads=threads,
         compiler=settings.compiler, compiler_version=stages.compiler_version,
         flags=list(settings.flags), techniques=techniques(stages), forbidden=stages.forbidden,
-        stage=req.stage, cache_hit=build.cache_hit if build else False,
+        off_stage=list(stages.off_stage), stage=req.stage,
+        cache_hit=build.cache_hit if build else False,
         compile_s=round(build.seconds, 4) if build else None, run_s=run.run_s if run else None,
         elapsed_s=elapsed_s, output=stages.trace or "\n".join(outputs),
         sandbox=list(run.sandbox) if run else [],

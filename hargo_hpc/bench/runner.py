@@ -148,10 +148,12 @@ def _stages(req: BenchRequest, settings: BenchSettings, cache_dir: str | None, u
     except ValueError as err:
         return Stages(Verdict("infra_error", f"bad request: {err}"))
     done: dict[str, Any] = {"forbidden": forbidden}
+    before = settings.stage_rules == "before"  # the ablation: a stage's rules before the code
     try:
         done["source"] = source = read_source(req.completion)
         check_source(source.code, source.language)
-        check_forbidden(source.techniques, forbidden)
+        if before:
+            check_forbidden(source.techniques, forbidden)
         done["compiler_version"] = compiler_version(settings.compiler)
         cache = CompileCache(cache_dir or settings.cache_dir or None,
                              max_bytes=settings.cache_max_bytes,
@@ -162,7 +164,7 @@ def _stages(req: BenchRequest, settings: BenchSettings, cache_dir: str | None, u
                                              ids=ids)  # fmt: skip
         if build.verdict != "built":
             return Stages(Verdict(build.verdict, build.reason), **done)
-        if "openmp" in forbidden and build.openmp:
+        if before and "openmp" in forbidden and build.openmp:
             # the pragma got past the source detector (macros, _Pragma): the object still calls
             # the OpenMP runtime
             raise Violation("uses technique(s) forbidden at this stage: openmp "
@@ -170,9 +172,18 @@ def _stages(req: BenchRequest, settings: BenchSettings, cache_dir: str | None, u
         done["ref"] = ref = reference(settings, cache, max(1.0, deadline - time.monotonic()))
         verdict, done["run"] = _timed_run(problem_of(req, settings), settings, build, ref,
                                            cache, ids, deadline)
+        if verdict.status == "ok":  # the stage's rules, judged after the code (stage_rules)
+            done["off_stage"] = off_stage(source.techniques, build, forbidden)
         return Stages(verdict, **done)
     except Exception as err:
         return _failed(err, settings, **done)
+
+
+def off_stage(found: list[str], build: Build, forbidden: list[str]) -> list[str]:
+    """The forbidden techniques a built kernel uses: the source detector's, and `openmp` where
+    the object calls a runtime entry that starts threads (a pragma built by macros)."""
+    used = set(found) | ({"openmp"} if build.openmp else set())
+    return [t for t in forbidden if t in used]
 
 
 def _timed_run(p: Problem, settings: BenchSettings, build: Build, ref: Reference,

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Penalties(BaseModel):
-    """Reward of each failure status. Defaults are the seed paper's levels."""
+    """Reward of each failure status (defaults: the seed paper's levels), and of an ok kernel
+    off its SQD stage (`off_stage`: a forbidden technique used or a required one missing,
+    judged after the code under `stage_rules = "after"`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -21,6 +23,18 @@ class Penalties(BaseModel):
     timeout: float = -30.0
     runtime_error: float = -20.0
     wrong_result: float = -10.0
+    off_stage: float = Field(
+        -5.0, description="an ok kernel that breaks its stage's rules: above wrong_result, "
+        "below every on-stage ok kernel (whose reward is >= 0)",
+    )
+
+    @model_validator(mode="after")
+    def _off_stage_between(self) -> Penalties:
+        if not self.wrong_result < self.off_stage < 0:
+            raise ValueError(f"off_stage ({self.off_stage:g}) must lie above wrong_result "
+                             f"({self.wrong_result:g}) and below 0, the least an ok kernel on its "
+                             "stage earns")  # fmt: skip
+        return self
 
 
 class BenchSettings(BaseModel):
@@ -107,6 +121,19 @@ class BenchSettings(BaseModel):
     )
     max_processes: int = Field(256, gt=0, description="RLIMIT_NPROC of the sandboxed user")
     penalties: Penalties = Field(default_factory=Penalties)
+    stage_rules: Literal["after", "before"] = Field(
+        "after",
+        description="when an SQD stage's rules apply: 'after' judges the code as plain GRPO "
+        "does and gives an ok kernel that breaks them penalties.off_stage; 'before' (the "
+        "ablation, harness <= 2.2) refuses a forbidden technique before compiling "
+        "(format_violation) and a missing required one costs format_violation too",
+    )
+
+    def stage_penalty(self) -> float:
+        """The reward of an ok kernel that misses a technique its SQD stage requires: the
+        off-stage reward, or under `stage_rules = "before"` the format-violation penalty."""
+        p = self.penalties
+        return p.off_stage if self.stage_rules == "after" else p.format_violation
 
     def pair_bounds(self) -> tuple[int, int]:
         """(fewest, most) timed pairs the judge makes: repetitions, and max_repetitions raised to

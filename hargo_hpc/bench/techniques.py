@@ -1,11 +1,13 @@
 """Static detection of optimisation techniques in a kernel's source (used by SQD and reports).
 
-Names: ``openmp`` (threading: ``#pragma omp parallel/for/task...`` or ``omp_*`` calls),
-``simd`` (intrinsics headers/types/calls, ``#pragma omp simd``, ``#pragma GCC ivdep``, vector
-extensions), ``blocking`` (loops stepping by a block/tile size, or inner bounds ``ii + BS``),
-``unrolling`` (``#pragma unroll``/``GCC unroll`` or a loop stepping by a literal 2..16 whose body
-indexes ``[x + 1]``, ``[x + 2]`` ...).  The detector reads the code with comments and strings
-removed; it is a heuristic, deliberately simple, and documented as such.
+Names: ``openmp`` (threading: ``#pragma omp parallel/for/task...`` or ``pthread_create``;
+``omp_get_wtime()`` and the other queries are not), ``simd`` (intrinsic types/calls,
+``#pragma omp simd``, ``#pragma GCC ivdep``, vector extensions), ``blocking`` (loops stepping
+by a block/tile size, or inner bounds ``ii + BS``), ``unrolling`` (``#pragma unroll``/``GCC
+unroll`` with a count other than 0 or 1, or a loop stepping by 2..16, a literal or a named
+constant, whose body indexes ``[x + 1]``, ``[x + 2]`` ...).  The detector reads the code
+with comments and strings removed; it is a heuristic, deliberately simple, and documented as
+such.
 
 Every textual check (here and in validate.py) first applies the C translation phases that can
 hide a directive from a regex (`translation_phases`): trigraphs, backslash-newline splices and the
@@ -127,11 +129,14 @@ SIMD = re.compile(
     r"|\bsv(?:float|int)\w*_t\b|\bfloat64x\d_t\b|\bv(?:fmaq|mlaq|addq|mulq)_f64\b"
 )
 BLOCK_NAME = re.compile(
-    r"[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC)[A-Za-z0-9_]*"
+    r"[A-Za-z_]*(?:BLOCK|TILE|BLK|BS|NB|MB|KB|MC|NC|KC|MR|NR)[A-Za-z0-9_]*"
     r"|[a-z_]*(?:block|tile|blk|bs)[a-z0-9_]*"
 )
 CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-UNROLL_PRAGMA = re.compile(r"#[ \t]*pragma[ \t]+(?:GCC[ \t]+)?unroll\b")
+# `#pragma unroll`, `#pragma GCC unroll 4`, `#pragma unroll(8)`; a count of 0 or 1 asks for no
+# unrolling (group 1: the count, None when there is none: unroll fully)
+UNROLL_PRAGMA = re.compile(r"#[ \t]*pragma[ \t]+(?:GCC[ \t]+)?unroll\b[ \t]*\(?[ \t]*(\d+)?")
+MIN_TILE_LITERAL = 16  # `MIN(ii + 64, M)` bounds a tile; `MIN(j + 1, N)` does not
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\S")
 NUMBER = re.compile(r"\d+")
 MAX_LOOPS = 4096  # for-loops analysed per kernel; a kernel has tens
@@ -266,18 +271,19 @@ def gemm_dimensions(tokens: list[str], match: list[int]) -> set[str]:
     return {"M", "N", "K"}
 
 
-def named_constants(tokens: list[str]) -> set[str]:
-    """Names the code defines as a number: `#define BS 64`, `enum { BS = 64 }`,
-    `const int BS = 64` (the first few thousand tokens of each kind suffice)."""
-    names = set()
+def named_constants(tokens: list[str]) -> dict[str, int]:
+    """Names the code defines as a number, with the number: `#define BS 64`,
+    `enum { BS = 64 }`, `const int BS = 64` (the first few thousand tokens of each kind
+    suffice)."""
+    names: dict[str, int] = {}
     for t in range(len(tokens) - 2):
         a, b, c = tokens[t], tokens[t + 1], tokens[t + 2]
         if a == "define" and t and tokens[t - 1] == "#" and NUMBER.match(c):
-            names.add(b)
+            names[b] = int(NUMBER.match(c).group(0))
         elif b == "=" and NUMBER.match(c) and (a[0].isalpha() or a[0] == "_"):
             back = tokens[max(0, t - 6) : t]
             if "const" in back or "enum" in back:
-                names.add(a)
+                names[a] = int(NUMBER.match(c).group(0))
     return names
 
 
@@ -295,20 +301,32 @@ def _within(positions: list[int], lo: int, hi: int) -> bool:
     return k < len(positions) and positions[k] <= hi
 
 
+def _tile_size(token: str, dims: set[str], consts: dict[str, int]) -> bool:
+    """Whether `token`, added to a loop variable in a bound, is a tile's size: a block-like or
+    upper-case name or a named constant (not a dimension), or a literal >= MIN_TILE_LITERAL."""
+    if token.isdigit():
+        return int(token) >= MIN_TILE_LITERAL
+    return token not in dims and bool(token in consts or BLOCK_NAME.fullmatch(token)
+                                      or CONSTANT_NAME.fullmatch(token))
+
+
 def structure(src: str) -> tuple[bool, bool]:
     """(blocking, unrolling) from the loop structure of `src` (comments and strings removed).
 
-    blocking: a for loop steps by a tile size: a named constant (`#define BS 64`, an upper-case
-    or block-like name such as `NB`, `TILE`, `MR`) that is not one of gemm's dimensions, or a
-    variable (a run-time block size) when a loop nested in it is bounded by its variable
-    (`for (ii...; ii += bs) for (i = ii; i < ii + bs...)`); or an inner bound `i < ii + BS`,
-    `MIN(ii + BS, M)`. A step by a dimension (`ia += K`, `p += N`) walks rows: not blocking.
-    unrolling: a for loop stepping by a literal 2..16 whose body indexes `[x + 1]` and
-    `[x + 2]`."""
+    blocking: a for loop steps by a tile size: a block-like name (`BS`, `NB`, `TILE`, `MR`,
+    `kc`), or another named or upper-case constant unless the loop is unrolled by it (`j += U`
+    over `[j + 1]`, `[j + 2]`: unrolling), or a variable (a run-time block size) when a loop
+    nested in it is bounded by its variable (`for (ii...; ii += bs) for (i = ii; i < ii + bs...)`);
+    or an inner bound `i < ii + BS`, `MIN(ii + BS, M)` (a tile: a block-like or upper-case name,
+    or a literal of at least 16; `MIN(j + 1, N)` is not). A step by a dimension (`ia += K`,
+    `p += N`) walks rows: not blocking.
+    unrolling: a for loop stepping by 2..16 (a literal, or a constant defined as one) whose body
+    indexes `[x + 1]` and `[x + 2]`."""
     tokens = _join_operators(TOKEN.findall(src))
     match = _matches(tokens)
     dims = gemm_dimensions(tokens, match)
-    consts = named_constants(tokens) - dims
+    consts = {name: value for name, value in named_constants(tokens).items()
+              if name not in dims}  # fmt: skip
     offsets = _offset_positions(tokens)
     blocking = unrolling = False
     stack: list[Loop] = []
@@ -322,24 +340,27 @@ def structure(src: str) -> tuple[bool, bool]:
             blocking = True
         step = loop.step
         if step is not None and loop.var is not None:
-            if step.isdigit():
-                if 2 <= int(step) <= 16 and _within(offsets.get(1, []), loop.start, loop.end) \
-                        and _within(offsets.get(2, []), loop.start, loop.end):  # fmt: skip
-                    unrolling = True
-            elif step not in dims and (step[0].isalpha() or step[0] == "_"):
-                if step in consts or BLOCK_NAME.fullmatch(step) \
-                        or CONSTANT_NAME.fullmatch(step):  # fmt: skip
-                    blocking = True
-                else:
-                    tile_vars[loop.var] = tile_vars.get(loop.var, 0) + 1
+            width = int(step) if step.isdigit() else consts.get(step)
+            unrolled = width is not None and 2 <= width <= 16 \
+                and _within(offsets.get(1, []), loop.start, loop.end) \
+                and _within(offsets.get(2, []), loop.start, loop.end)  # fmt: skip
+            unrolling = unrolling or unrolled
+            if step in dims or not (step[0].isalpha() or step[0] == "_"):
+                pass  # a literal, or a dimension: a row walk
+            elif BLOCK_NAME.fullmatch(step):
+                blocking = True  # `i += MR` is register blocking even when unrolled too
+            elif not unrolled and (step in consts or CONSTANT_NAME.fullmatch(step)):
+                blocking = True  # `jj += T`; `j += U` over [j + 1], [j + 2] is unrolling
+            elif not unrolled:  # a run-time size: a tile if a nested loop is bounded by it
+                tile_vars[loop.var] = tile_vars.get(loop.var, 0) + 1
         stack.append(loop)
     for i in range(len(tokens) - 4):
         a, b, c, d = tokens[i], tokens[i + 1], tokens[i + 2], tokens[i + 3]
         if a == "<" and c == "+" and d not in dims and BLOCK_NAME.fullmatch(d):
             blocking = True  # i < ii + BS
         elif a in ("MIN", "min") and b == "(" and tokens[i + 3] == "+" \
-                and tokens[i + 4] not in dims and i + 5 < len(tokens) \
-                and tokens[i + 5] == ",":  # fmt: skip
+                and i + 5 < len(tokens) and tokens[i + 5] == "," \
+                and _tile_size(tokens[i + 4], dims, consts):  # fmt: skip
             blocking = True  # MIN(ii + BS, M)
     return blocking, unrolling
 
@@ -357,7 +378,8 @@ def detect_techniques(code: str) -> list[str]:
     blocking, unrolling = structure(src)
     if blocking:
         found.add("blocking")
-    if unrolling or UNROLL_PRAGMA.search(src):
+    if unrolling or any(m.group(1) is None or int(m.group(1)) > 1
+                        for m in UNROLL_PRAGMA.finditer(src)):  # fmt: skip
         found.add("unrolling")
     return [t for t in TECHNIQUES if t in found]
 

@@ -229,8 +229,9 @@ class Sqd:
             if record.get("status") != "ok" or record.get("suspicious"):
                 continue
             gflops = float((record.get("gflops") or {}).get("median") or 0.0)
-            if self.required_miss(result.problem, record, result.stage):
-                continue
+            if record.get("off_stage") or self.required_miss(result.problem, record,
+                                                             result.stage):  # fmt: skip
+                continue  # ok, but off its stage: neither progress nor an elite
             if result.stage == now:
                 by_problem[result.problem].append(gflops)
             self._archive(step, result, gflops)

@@ -205,7 +205,7 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
         raise TrainError(str(err)) from None
     state = LoopState(step=0, sampler=sampler, weighting=make_weighting(algorithm),
                       sqd=SqdRun.of(config.sqd, data.train, data.tasks, paths.sqd,
-                                    float(config.bench.penalties.format_violation), log))
+                                    config.bench.stage_penalty(), log))
     if checkpoint is not None:
         saved = engine.load_checkpoint(paths.checkpoints, checkpoint.name)
         state.restore(ckpt.TrainerState.from_dict(saved), checkpoint)

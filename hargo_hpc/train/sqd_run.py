@@ -5,8 +5,9 @@ the checkpoint (`state_dict` / `load_state_dict`, `hargo_hpc.sqd.Sqd`'s). It ask
 these capabilities, never for their names.
 
 Each step, after the rewards came back (`observe`): a required technique of the stage a prompt
-had, missing from an ok kernel, costs the format-violation penalty (the bench judged what is
-forbidden, SQD what is required; the reward is `bench.reward.record_reward`'s); then SQD sees
+had, missing from an ok kernel, costs the stage penalty (`BenchSettings.stage_penalty`: the
+off-stage reward, as a forbidden one costs in the bench; the reward is
+`bench.reward.record_reward`'s); then SQD sees
 the step's results (archive, advancement) and rank 0 writes its files under `<run dir>/sqd/`.
 """
 
@@ -32,7 +33,7 @@ def _to_stderr(line: str) -> None:
 
 class SqdRun:
     """SQD over `problems`, writing to `directory`; `penalty`: the reward of an ok kernel that
-    misses a required technique (bench.penalties.format_violation); `log`: where rank 0 says
+    misses a required technique (`BenchSettings.stage_penalty`); `log`: where rank 0 says
     what SQD did (a stage advanced), the run's log."""
 
     def __init__(self, settings: SqdSettings, problems: Sequence[str], directory: Path,

@@ -264,15 +264,24 @@ def test_thousand_threads_are_capped(settings, cache_dir, run_tmp) -> None:
     assert rec["status"] == "ok" and rec["threads"] == len(os.sched_getaffinity(0))
 
 
-def test_forbidden_technique_is_a_violation(settings, cache_dir, run_tmp) -> None:
+def test_a_forbidden_technique_is_off_stage_after_the_code(settings, cache_dir, run_tmp) -> None:
+    """Issue V.1: the code is judged as under plain GRPO; an ok kernel that uses a technique
+    its stage forbids earns penalties.off_stage (-5: above wrong_result, below any on-stage ok
+    kernel); `stage_rules = "before"` (the ablation) refuses it before compiling (-100)."""
     code = kernel("#pragma omp parallel for\n" + "for (int i = 0; i < M; i++) for (int j = 0;"
                   " j < N; j++) { double s = 0; for (int k = 0; k < K; k++)"
                   " s += A[i * K + k] * B[k * N + j]; C[i * N + j] = s; }")
     free = run_request({"id": "a", "completion": code}, settings, cache_dir=cache_dir)
     assert free["status"] == "ok" and "openmp" in free["techniques"]
-    banned = run_request(
-        {"id": "b", "completion": code, "forbidden": ["OpenMP"], "stage": 1},
-        settings, cache_dir=cache_dir,
-    )  # fmt: skip
-    assert banned["status"] == "format_violation" and "openmp" in banned["reason"]
+    assert free["off_stage"] == [] and free["reward"] > 0
+    request = {"id": "b", "completion": code, "forbidden": ["OpenMP"], "stage": 1}
+    banned = run_request(request, settings, cache_dir=cache_dir)
+    assert (banned["status"], banned["off_stage"]) == ("ok", ["openmp"]), banned["reason"]
+    assert banned["reward"] == settings.penalties.off_stage == -5.0
+    assert settings.penalties.wrong_result < banned["reward"] < 0
+    assert banned["gflops"]["median"] > 0 and "off stage" in banned["reason"]
     assert banned["stage"] == 1
+    before = settings.model_copy(update={"stage_rules": "before"})
+    refused = run_request(request, before, cache_dir=cache_dir)
+    assert refused["status"] == "format_violation" and "openmp" in refused["reason"]
+    assert refused["reward"] == -100.0 and refused["off_stage"] == []

@@ -150,16 +150,17 @@ def test_the_compiler_decides_the_signature(code, why, settings, cache_dir, run_
 
 
 # 5: the detector followed spelling: omp_get_wtime was "openmp", `ia += K` was "blocking"
-@pytest.mark.parametrize(("kernel", "forbidden", "status"), [
-    ("serial_wtime", "openmp", "ok"), ("row_pointers", "blocking", "ok"),
-    ("index_bump", "blocking", "ok"), ("header_only_autovec", "simd", "ok"),
-    ("pthread_rows", "openmp", "format_violation"), ("runtime_tiles", "blocking",
-                                                     "format_violation"),
+@pytest.mark.parametrize(("kernel", "forbidden", "off"), [
+    ("serial_wtime", "openmp", False), ("row_pointers", "blocking", False),
+    ("index_bump", "blocking", False), ("header_only_autovec", "simd", False),
+    ("pthread_rows", "openmp", True), ("runtime_tiles", "blocking", True),
 ])  # fmt: skip
-def test_a_stage_bans_what_the_code_does(kernel, forbidden, status, settings, cache_dir,
+def test_a_stage_bans_what_the_code_does(kernel, forbidden, off, settings, cache_dir,
                                          run_tmp) -> None:  # fmt: skip
     rec = run((DATA / f"{kernel}.c").read_text(), settings, cache_dir, (forbidden,))
-    assert rec["status"] == status, rec["reason"]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["off_stage"] == ([forbidden] if off else []), rec["reason"]
+    assert (rec["reward"] == settings.penalties.off_stage) == off
 
 
 def confusion_markdown() -> str:
@@ -209,5 +210,8 @@ def test_the_object_decides_openmp_when_the_pragma_is_hidden(settings, cache_dir
     hidden = ("#define P(x) _Pragma(#x)\n#define PAR P(omp parallel for)\n" + SIG
               + " { PAR for (int i = 0; i < M * N; i++) C[i] = 0; " + NAIVE_BODY + "}\n")
     rec = run(hidden, settings, cache_dir, ("openmp",))
+    assert rec["status"] == "ok" and rec["off_stage"] == ["openmp"], rec
+    before = settings.model_copy(update={"stage_rules": "before"})
+    rec = run(hidden, before, cache_dir, ("openmp",))
     assert rec["status"] == "format_violation" and "GOMP_parallel" in rec["reason"], rec
     assert os.path.exists(DATA)

@@ -21,7 +21,7 @@ FIELDS = {
     "gflops", "times_s", "seed", "input_keys", "suspicious", "reference", "reference_kernel",
     "reference_coretype", "reference_gflops", "peak", "ratio", "threads", "reference_threads",
     "call_overhead_us", "compiler",
-    "compiler_version", "flags", "techniques", "forbidden", "stage", "cache_hit", "compile_s",
+    "compiler_version", "flags", "techniques", "forbidden", "off_stage", "stage", "cache_hit", "compile_s",
     "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable", "harness_version",
 }  # fmt: skip
 

@@ -37,10 +37,14 @@ def test_threads_found_in_the_object_are_a_technique_when_allowed(settings, cach
     rec = run_request({"id": "m", "completion": "```c\n" + MACRO_OMP + "```\n"}, settings,
                       cache_dir=cache_dir)  # fmt: skip
     assert rec["status"] == "ok" and rec["techniques"][0] == "openmp", rec
-    banned = run_request({"id": "b", "completion": "```c\n" + MACRO_OMP + "```\n",
-                          "forbidden": ["openmp"]}, settings, cache_dir=cache_dir)  # fmt: skip
-    assert banned["status"] == "format_violation" and "GOMP_parallel" in banned["reason"]
+    request = {"id": "b", "completion": "```c\n" + MACRO_OMP + "```\n", "forbidden": ["openmp"]}
+    banned = run_request(request, settings, cache_dir=cache_dir)  # the object says openmp
+    assert (banned["status"], banned["off_stage"]) == ("ok", ["openmp"]), banned["reason"]
     assert banned["techniques"] == ["openmp"]
+    before = settings.model_copy(update={"stage_rules": "before"})
+    refused = run_request(request, before, cache_dir=cache_dir)
+    assert refused["status"] == "format_violation" and "GOMP_parallel" in refused["reason"]
+    assert refused["techniques"] == ["openmp"]
 
 
 def test_a_worker_holding_many_descriptors_starts_the_judge(settings, cache_dir, run_tmp,

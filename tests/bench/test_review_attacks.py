@@ -86,9 +86,14 @@ def test_compile_time_file_reads_are_violations(name, settings, cache_dir, run_t
 # 6: OpenMP hidden from the source detector
 @pytest.mark.parametrize("name", ["o_digraph_pragma.c", "s_pragma_stringize.c"])
 def test_hidden_openmp_is_forbidden(name, settings, cache_dir, run_tmp) -> None:
-    rec = run(name, settings, cache_dir, forbidden=["openmp"])
+    rec = run(name, settings, cache_dir, forbidden=["openmp"])  # judged, then off its stage
+    assert rec["status"] == "ok" and rec["off_stage"] == ["openmp"], rec["reason"]
+    assert rec["reward"] == settings.penalties.off_stage and "openmp" in rec["reason"]
+    before = settings.model_copy(update={"stage_rules": "before"})  # the ablation: refused
+    rec = run(name, before, cache_dir, forbidden=["openmp"])
     assert rec["status"] == "format_violation" and "openmp" in rec["reason"], rec["reason"]
-    assert run(name, settings, cache_dir)["status"] == "ok"  # allowed when not forbidden
+    allowed = run(name, settings, cache_dir)  # allowed when not forbidden
+    assert allowed["status"] == "ok" and allowed["off_stage"] == [] and allowed["reward"] >= 0
 
 
 def test_constructor_table_by_another_name(settings, cache_dir, run_tmp) -> None:

@@ -135,6 +135,47 @@ def test_detect_techniques() -> None:
         normalise_forbidden(["quantum"])
 
 
+def test_the_detectors_false_positives_of_issue_v() -> None:
+    """A wrong technique costs a kernel its stage (SQD): each false positive the review found,
+    with the true positive next to it (whole kernels: tests/bench/data/techniques/)."""
+    # an upper-case step that unrolls is unrolling, not blocking; one that tiles is blocking
+    unrolled = ("#define U 4\nfor (j = 0; j + U <= N; j += U) { c[j] += a; c[j + 1] += a; "
+                "c[j + 2] += a; c[j + 3] += a; }")
+    assert detect_techniques(unrolled) == ["unrolling"]
+    tiled = "for (jj = 0; jj < N; jj += T) for (j = jj; j < jj + T && j < N; j++) c[j] = 0;"
+    assert detect_techniques(tiled) == ["blocking"]
+    assert detect_techniques("for (i = 0; i < M; i += MR) c[i] = 0;") == ["blocking"]
+    # MIN(j + 1, N) bounds a sum; MIN(ii + 64, M) and MIN(ii + BS, M) bound a tile
+    assert detect_techniques("int e = MIN(j + 1, N); for (k = 0; k < e; k++) s += 1;") == []
+    assert detect_techniques("int e = MIN(ii + 64, M);") == ["blocking"]
+    assert detect_techniques("int e = min(ii + BS, M);") == ["blocking"]
+    # a count of 0 or 1 switches unrolling off; none (unroll fully) or more turns it on
+    for off in ("#pragma GCC unroll 1", "#pragma GCC unroll 0", "#pragma unroll 1",
+                "#pragma unroll(1)"):
+        assert detect_techniques(off + "\nfor (j = 0; j < N; j++) c[j] = 0;") == [], off
+    for on in ("#pragma unroll", "#pragma GCC unroll 4", "#pragma unroll(8)"):
+        assert detect_techniques(on + "\nfor (j = 0; j < N; j++) c[j] = 0;") == ["unrolling"]
+    # asking the OpenMP runtime for the time or the thread count starts no thread
+    timed = "double t = omp_get_wtime(); int n = omp_get_max_threads(); c[0] = t + n;"
+    assert detect_techniques(timed) == []
+
+
+def test_the_off_stage_reward_sits_between_wrong_result_and_zero() -> None:
+    from pydantic import ValidationError
+
+    from hargo_hpc.bench.settings import Penalties
+
+    assert Penalties().off_stage == -5.0
+    assert BenchSettings().stage_penalty() == -5.0  # a required technique missing, judged after
+    assert BenchSettings(stage_rules="before").stage_penalty() == -100.0  # the ablation
+    for bad in (-10.0, -40.0, 0.0, 3.0):
+        with pytest.raises(ValidationError, match="must lie above wrong_result"):
+            Penalties(off_stage=bad)
+    assert Penalties(wrong_result=-50.0, off_stage=-20.0).off_stage == -20.0
+    with pytest.raises(ValidationError):
+        BenchSettings(stage_rules="never")
+
+
 def test_reward_shaping_and_penalties() -> None:
     s = BenchSettings()
     assert penalty("format_violation", s) == -100 and penalty("compile_error", s) == -40

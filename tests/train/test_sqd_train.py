@@ -1,8 +1,8 @@
 """SQD in a real `hargo train` of jobs/gemm_sqd.toml (the tiny model, a few steps, a real local
 bench worker): each request carries its stage's forbidden techniques, the prompts state them,
 problems advance, the state is in the run directory and the checkpoint, `hargo sqd report`
-prints its table and writes a PNG; an OpenMP kernel under a stage forbidding OpenMP gets -100
-from the real bench."""
+prints its table and writes a PNG; an OpenMP kernel under a stage forbidding OpenMP is judged,
+then off its stage (-5; -100 before the code under stage_rules "before") in the real bench."""
 
 from __future__ import annotations
 
@@ -103,9 +103,14 @@ def test_sqd_survives_a_stop_and_resume(tmp_path: Path) -> None:
     assert sqd_of(resumed.run_dir) == sqd_of(straight.run_dir)
 
 
-def test_an_openmp_kernel_under_a_stage_forbidding_openmp_gets_minus_100() -> None:
+def test_an_openmp_kernel_under_a_stage_forbidding_openmp_is_off_stage() -> None:
+    """Judged first, then off its stage: -5 (stage_rules "after"); -100 before the code under
+    the ablation's "before"."""
     settings = BenchSettings(size=64, check_size=37, repetitions=2, timed_budget_ms=0, warmup=0)
     request = BenchRequest(id="omp", completion=kernel_source("openmp"), forbidden=FIRST.forbid)
     record = run_bench(request, settings).to_dict()
+    assert (record["status"], record["reward"], record["off_stage"]) == ("ok", -5.0, ["openmp"])
+    before = settings.model_copy(update={"stage_rules": "before"})
+    record = run_bench(request, before).to_dict()
     assert (record["status"], record["reward"]) == ("format_violation", -100.0)
     assert "openmp" in record["reason"]
