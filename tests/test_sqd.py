@@ -85,7 +85,7 @@ def test_after_the_last_stage(after_last: str, want: list[int]) -> None:
 
 
 def test_observe_archives_the_best_per_technique_set_and_skips_failures() -> None:
-    sqd = Sqd(SqdSettings(patience=10), ["p256", "p512"])
+    sqd = Sqd(SqdSettings(patience=10, max_steps=50), ["p256", "p512"])
     sqd.observe(1, [Result("p256", "code a", ok(5.0, ("blocking",), "a")),
                     Result("p256", "code b", ok(7.0, ("blocking",), "b")),
                     Result("p256", "code c", ok(3.0, (), "c")),
@@ -95,10 +95,10 @@ def test_observe_archives_the_best_per_technique_set_and_skips_failures() -> Non
     assert sorted(sqd.archive) == ["p256|blocking", "p256|none"]
     best = sqd.archive[archive_key("p256", ["blocking"])]
     assert (best.code, best.gflops, best.step, best.stage, best.request_id) == (
-        "code b", 7.0, 1, "scalar", "b")
+        "code b", 7.0, 1, "open", "b")  # p256 starts at stage 0, p512 at 1 (spread)
     assert best.ratio == pytest.approx(0.07)
     assert archive_key("p", ["simd", "openmp"]) == "p|openmp+simd"  # the vocabulary's order
-    assert sqd.metrics() == {"sqd/stage_mean": 0.0, "sqd/archive_size": 2.0}
+    assert sqd.metrics() == {"sqd/stage_mean": 0.5, "sqd/archive_size": 2.0}  # stages 0, 1
 
 
 def test_a_required_technique_missing_keeps_the_result_out() -> None:
@@ -132,20 +132,20 @@ def test_the_state_round_trips_and_its_file_keeps_a_backup(tmp_path: Path) -> No
     sqd.save(tmp_path, 2, failed)
     again = Sqd(settings, ["p"])
     again.load_state_dict(load_state_file(tmp_path / "state.json"))
-    assert again.state_dict() == sqd.state_dict() and again.stage_of("p").name == "blocking"
+    assert again.state_dict() == sqd.state_dict() and again.stage_of("p").name == "no_openmp"
     backup = json.loads((tmp_path / "state.json.bak").read_text())
     assert backup["problems"]["p"]["stage"] == 0  # the version before
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert lines == [{"step": 1, "problem": "p", "stage": "scalar", "status": "ok",
+    assert lines == [{"step": 1, "problem": "p", "stage": "open", "status": "ok",
                       "gflops": 4.0, "ratio": 0.04, "reward": 4.0, "techniques": []},
-                     {"step": 2, "problem": "p", "stage": "scalar", "status": "compile_error",
+                     {"step": 2, "problem": "p", "stage": "open", "status": "compile_error",
                       "gflops": None, "ratio": None, "reward": None, "techniques": []}]
 
     (tmp_path / "state.json").write_text("{not json")
     with pytest.raises(SqdError, match=r"cannot read the SQD state .* previous version is "):
         load_state_file(tmp_path / "state.json")
     other = Sqd(SqdSettings(stages=[StageSpec(name="only")]), ["p"])
-    with pytest.raises(SqdError, match=r"written for stages \['scalar', 'blocking'"):
+    with pytest.raises(SqdError, match=r"written for stages \['open', 'no_openmp'"):
         other.load_state_dict(sqd.state_dict())
 
 
@@ -160,12 +160,34 @@ def test_a_bad_schedule_is_refused(stages: list[dict[str, Any]], message: str) -
         SqdSettings.model_validate({"stages": stages})
 
 
-def test_the_default_schedule_adds_one_technique_a_stage() -> None:
-    stages = SqdSettings().stages
-    assert [(s.name, s.permitted) for s in stages] == [
-        ("scalar", ["unrolling"]), ("blocking", ["blocking", "unrolling"]),
-        ("simd", ["simd", "blocking", "unrolling"]),
-        ("all", ["openmp", "simd", "blocking", "unrolling"])]
+def test_the_default_schedule_is_open_then_one_technique_left_out_a_stage() -> None:
+    settings = SqdSettings()
+    assert [(s.name, s.forbid, s.open) for s in settings.stages] == [
+        ("open", [], True), ("no_openmp", ["openmp"], False), ("no_simd", ["simd"], False),
+        ("no_blocking", ["blocking"], False)]
+    assert (settings.patience, settings.max_steps, settings.after_last, settings.start) == (
+        2, 2, "cycle", "spread")
+
+
+def test_problems_start_spread_over_the_stages_and_count_their_visits() -> None:
+    """The i-th problem in name order starts at stage i mod 4, so a batch of problems mixes
+    stages; every step a problem is prompted in counts one visit of its prompt's stage."""
+    names = [f"p{i}" for i in range(6)]
+    sqd = Sqd(SqdSettings(), list(reversed(names)))
+    assert [sqd.problems[n].stage for n in names] == [0, 1, 2, 3, 0, 1]
+    assert [s.stage for s in Sqd(SqdSettings(start="first"), names).problems.values()] == [0] * 6
+    # p0 prompted twice in its open stage (two results in step 1 count one visit), never
+    # solving it: max_steps 2 moves it on; then once in no_openmp
+    sqd.observe(1, [Result("p0", "a", {"status": "compile_error"}),
+                    Result("p0", "b", {"status": "compile_error"})])
+    sqd.observe(2, [Result("p0", "c", {"status": "compile_error"})])
+    sqd.observe(3, [Result("p0", "d", ok(4.0))])
+    assert sqd.problems["p0"].visits == {"open": 2, "no_openmp": 1}
+    assert sqd.problems["p0"].stage == 1 and sqd.problems["p1"].visits == {}
+    # a problem at the last stage cycles back to the first
+    for step in (4, 5):
+        sqd.observe(step, [Result("p3", "e", {"status": "compile_error"})])
+    assert (sqd.problems["p3"].stage, sqd.problems["p3"].cycles) == (0, 1)
 
 
 def test_hargo_sqd_stages_prints_the_schedule_of_a_job() -> None:
@@ -177,9 +199,11 @@ def test_hargo_sqd_stages_prints_the_schedule_of_a_job() -> None:
     done = CliRunner().invoke(main, ["sqd", "stages", str(repo / "jobs" / "gemm_sqd.toml")])
     assert done.exit_code == 0, done.output
     lines = done.output.splitlines()
-    assert [line.split()[0] for line in lines[1:5]] == ["scalar", "blocking", "simd", "all"]
-    assert lines[1].split()[1:] == ["unrolling", "openmp,", "simd,", "blocking", "-"]
-    assert "gains less than 5% for 3 steps, or after 20 steps" in lines[5]
+    assert [line.split()[0] for line in lines[1:5]] == ["open", "no_openmp", "no_simd",
+                                                       "no_blocking"]  # fmt: skip
+    assert lines[2].split()[1:] == ["simd,", "blocking,", "unrolling", "openmp", "-"]
+    assert "gains less than 5% for 2 steps, or after 2 steps" in lines[5]
+    assert "after the last: cycle; start: spread" in lines[5]
 
 
 def test_hargo_sqd_report_on_a_corrupt_state_names_the_backup(tmp_path: Path) -> None:
@@ -191,7 +215,9 @@ def test_hargo_sqd_report_on_a_corrupt_state_names_the_backup(tmp_path: Path) ->
     sqd.save(tmp_path / "sqd", 1, [Result("p", "k", ok(3.0, ("blocking",)))])
     sqd.save(tmp_path / "sqd", 2, [])
     good = CliRunner().invoke(main, ["sqd", "report", str(tmp_path)])
-    assert good.exit_code == 0 and "p: stage scalar (1 results, 0 cycles)" in good.output
+    assert good.exit_code == 0 and "p: stage open (1 results, 0 cycles)" in good.output
+    assert "  visits: none" in good.output  # saved, never observed: no visit counted
+    assert "problems by stages visited: 0 stage(s) 1" in good.output
     (tmp_path / "sqd" / "state.json").write_text("{torn")
     bad = CliRunner().invoke(main, ["sqd", "report", str(tmp_path)])
     assert bad.exit_code == 2

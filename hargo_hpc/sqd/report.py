@@ -21,19 +21,25 @@ def schedule_text(settings: SqdSettings) -> str:
                      f"{', '.join(stage.forbid) or '-':<28} {', '.join(stage.require) or '-'}")
     lines.append(f"advance when the best GFLOPS gains less than {settings.min_improvement:.0%} "
                  f"for {settings.patience} steps, or after {settings.max_steps} steps in a "
-                 f"stage; after the last: {settings.after_last}"
+                 f"stage; after the last: {settings.after_last}; start: {settings.start}"
                  + ("" if settings.enabled else "  (sqd.enabled is false: plain GFLOPS reward)"))
     return "\n".join(lines)
 
 
 def report_text(state: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    """Per problem: its stage now and its stage changes, then its archive rows."""
+    """Per problem: its stage now, its visits per stage, its stage changes, then its archive
+    rows; a last line counts the problems by how many stages they visited."""
     stages = state["stages"]
     lines = []
+    reached: dict[int, int] = {}
     for problem, p in sorted(state["problems"].items()):
         seen = sum(1 for r in results if r["problem"] == problem)
+        visits = p.get("visits") or {}
+        reached[len(visits)] = reached.get(len(visits), 0) + 1
         lines.append(f"{problem}: stage {stages[p['stage']]} ({seen} results, "
                      f"{p['cycles']} cycles)")
+        lines.append("  visits: " + (", ".join(f"{s} {visits[s]}" for s in stages if s in visits)
+                                     or "none"))
         for change in p["history"]:
             lines.append(f"  step {change['step']:>5}: -> {stages[change['stage']]} "
                          f"({change['why']})")
@@ -45,6 +51,8 @@ def report_text(state: dict[str, Any], results: list[dict[str, Any]]) -> str:
             share = "-" if e["ratio"] is None else f"{100 * e['ratio']:.1f}%"
             lines.append(f"  {'+'.join(e['techniques']) or 'none':<28} {e['gflops']:>8.2f} "
                          f"{share:>8} {e['step']:>6} {e['stage']}")
+    lines.append("problems by stages visited: " + ", ".join(
+        f"{n} stage(s) {reached[n]}" for n in sorted(reached)))
     return "\n".join(lines)
 
 

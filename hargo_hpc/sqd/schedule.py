@@ -4,17 +4,21 @@ an archive of the best kernel for each kind of solution. SQD decides; it never r
 bench judges, and its records come back here). The choices and their reasons: docs/sqd.md.
 
 Stages (`SqdSettings.stages`, `[[sqd.stages]]` in an experiment file): an ordered list of
-`{name, forbid, require}` technique sets (`bench.techniques.TECHNIQUES`). The default adds one
-technique per stage, from the scalar loop nest to everything:
+`{name, forbid, require}` technique sets (`bench.techniques.TECHNIQUES`). The default asks four
+questions of the same problem: the fastest kernel at all (`open`: nothing forbidden or
+required, so its prompt is the plain prompt the evaluation asks), then the fastest without
+each of the three techniques that pay most (a leave-one-out):
 
-    scalar    forbid openmp, simd, blocking    (loop order, unrolling)
-    blocking  forbid openmp, simd
-    simd      forbid openmp
-    all       nothing forbidden
+    open          nothing forbidden (the plain prompt)
+    no_openmp     forbid openmp
+    no_simd       forbid simd
+    no_blocking   forbid blocking
 
-A forbidden technique in a completion is the bench's `format_violation` (the request's
-`forbidden` field); a required one it lacks is the same penalty: `required_miss` decides it
-here, and the trainer applies it (`hargo_hpc.train.sqd_run`, through `bench.reward.record_reward`).
+Each problem starts at its own stage (`start = "spread"`: the i-th problem in name order at
+stage i mod S), so every batch mixes stages and part of every batch is the plain prompt. An ok
+kernel that uses a forbidden technique (the bench's `off_stage`) or lacks a required one
+(`required_miss`, here; the trainer applies the penalty: `hargo_hpc.train.sqd_run`) is off its
+stage: neither progress nor an elite.
 
 Advancement, per problem, over the steps in which it was prompted (`observe`): with g the best
 GFLOPS of an `ok` result of the step and m the mark (the best GFLOPS at the stage's last
@@ -28,7 +32,11 @@ A stage in which the problem has no ok kernel yet (m = 0) does not plateau: ther
 to plateau at, and only max_steps moves it on (counting failing steps sent a problem the
 model had never solved on to a harder stage after `patience` steps).
 
-After the last stage `after_last` = "hold" (stay) or "cycle" (back to the first stage).
+After the last stage `after_last` = "cycle" (back to the first stage) or "hold" (stay).
+Defaults: `patience` 2, `max_steps` 2, so a problem moves on after two visits at the most and,
+at the learning benchmark's budget (40 steps of 4 prompts over 36 problems: about 4 visits a
+problem), sees at least two stages; the visits per problem and stage are in the state and in
+`hargo sqd report`.
 
 Archive: key (problem, detected technique set) -> the best `ok` kernel under it (code, GFLOPS,
 its ratio to the in-run reference, step, stage, request id); a suspicious or failed run never
@@ -86,12 +94,16 @@ class StageSpec(BaseModel):
     def permitted(self) -> list[str]:
         return [t for t in TECHNIQUES if t not in self.forbid]
 
+    @property
+    def open(self) -> bool:
+        """Nothing forbidden or required: its prompt is the plain prompt."""
+        return not self.forbid and not self.require
+
 
 def default_stages() -> list[StageSpec]:
-    return [StageSpec(name="scalar", forbid=["openmp", "simd", "blocking"]),
-            StageSpec(name="blocking", forbid=["openmp", "simd"]),
-            StageSpec(name="simd", forbid=["openmp"]),
-            StageSpec(name="all")]
+    return [StageSpec(name="open"), StageSpec(name="no_openmp", forbid=["openmp"]),
+            StageSpec(name="no_simd", forbid=["simd"]),
+            StageSpec(name="no_blocking", forbid=["blocking"])]
 
 
 class SqdSettings(BaseModel):
@@ -101,11 +113,14 @@ class SqdSettings(BaseModel):
 
     enabled: bool = Field(False, description="off: the plain GFLOPS-reward experiment")
     stages: list[StageSpec] = Field(default_factory=default_stages, min_length=1)
-    patience: int = Field(3, ge=1, description="steps without improvement before advancing")
+    patience: int = Field(2, ge=1, description="steps without improvement before advancing")
     min_improvement: float = Field(
         0.05, ge=0, description="relative GFLOPS gain that counts as an improvement")
-    max_steps: int = Field(20, ge=1, description="steps of a problem in one stage at most")
-    after_last: Literal["hold", "cycle"] = "hold"
+    max_steps: int = Field(2, ge=1, description="steps of a problem in one stage at most")
+    after_last: Literal["hold", "cycle"] = "cycle"
+    start: Literal["spread", "first"] = Field(
+        "spread", description="spread: the i-th problem (in name order) starts at stage i mod "
+        "the number of stages, so every batch mixes stages; first: every problem at stage 0")
 
     @model_validator(mode="after")
     def _distinct_names(self) -> SqdSettings:
@@ -129,6 +144,7 @@ class ProblemState:
     stale: int = 0  # steps since the last significant improvement
     cycles: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)  # {step, stage, why}
+    visits: dict[str, int] = field(default_factory=dict)  # steps prompted, by stage name
 
 
 def step_problem(state: ProblemState, gflops: Sequence[float], step: int,
@@ -200,7 +216,10 @@ class Sqd:
 
     def __init__(self, settings: SqdSettings, problems: Sequence[str]) -> None:
         self.settings = settings
-        self.problems = {name: ProblemState() for name in problems}
+        count = len(settings.stages)
+        spread = settings.start == "spread"
+        self.problems = {name: ProblemState(stage=i % count if spread else 0)
+                         for i, name in enumerate(sorted(problems))}  # fmt: skip
         self.archive: dict[str, ArchiveEntry] = {}
 
     def stage_of(self, problem: str) -> StageSpec:
@@ -220,9 +239,11 @@ class Sqd:
         problem's now (generated before a stage change, rollout.max_staleness 1) goes to the
         archive but not into the new stage's plateau count."""
         by_problem: dict[str, list[float]] = {}
+        visited: set[tuple[str, str]] = set()
         for result in results:
             now = self.stage_of(result.problem).name
             result.stage = result.stage or now
+            visited.add((result.problem, result.stage))
             if result.stage == now:
                 by_problem.setdefault(result.problem, [])
             record = result.record
@@ -235,6 +256,9 @@ class Sqd:
             if result.stage == now:
                 by_problem[result.problem].append(gflops)
             self._archive(step, result, gflops)
+        for problem, stage in visited:
+            visits = self.problems[problem].visits
+            visits[stage] = visits.get(stage, 0) + 1
         changes = []
         for problem, values in by_problem.items():
             before = self.stage_of(problem).name

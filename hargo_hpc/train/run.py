@@ -99,7 +99,10 @@ class RunContext:
             self.tokenizer, self.prompt_format, self.user_text, token_budgets(self.config))
 
     def prompt_of(self, example: Example, stage: StageSpec | None) -> str:
-        """The templated prompt; a GEMM problem's at its SQD `stage` states its techniques."""
+        """The templated prompt; a GEMM problem's at its SQD `stage` states its techniques (an
+        open stage's is the plain prompt)."""
+        if stage is not None and stage.open:
+            stage = None
         key = example.id if stage is None else f"{example.id}@{stage.name}"
         text = self.prompts.get(key)
         if text is None:

@@ -21,8 +21,9 @@ FIELDS = {
     "gflops", "times_s", "seed", "input_keys", "suspicious", "reference", "reference_kernel",
     "reference_coretype", "reference_gflops", "peak", "ratio", "threads", "reference_threads",
     "call_overhead_us", "compiler",
-    "compiler_version", "flags", "techniques", "forbidden", "off_stage", "stage", "cache_hit", "compile_s",
-    "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable", "harness_version",
+    "compiler_version", "flags", "techniques", "forbidden", "off_stage", "stage", "cache_hit",
+    "compile_s", "run_s", "elapsed_s", "output", "sandbox", "sandbox_unavailable",
+    "harness_version",
 }  # fmt: skip
 
 

@@ -25,13 +25,15 @@ from hargo_hpc.train.backend import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "jobs" / "gemm_sqd.toml"
-FIRST = SqdSettings().stages[0]  # scalar: openmp, simd, blocking forbidden
+STAGES = SqdSettings().stages  # open, no_openmp, no_simd, no_blocking
+NO_OPENMP = STAGES[1]
 
 
 def small(tmp_path: Path, name: str = "gemm-sqd") -> Any:
     """jobs/gemm_sqd.toml with the tiny model, 2 prompts x G 2, 3 steps, a 64^3 bench on one
     local worker, max_steps 1 (a move after every step a problem was prompted in: the
-    untrained model solves no stage, and an unsolved stage moves on only at max_steps)."""
+    untrained model solves no stage, and an unsolved stage moves on only at max_steps; after
+    the last stage it cycles)."""
     return load_config(JOB, [
         f"run.dir={tmp_path}", f"run.name={name}", "model.path=tiny", "model.dtype=float32",
         "rollout.num_generations=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=16",
@@ -47,27 +49,38 @@ def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all("sqd/stage_mean" in r and "sqd/archive_size" in r for r in records)
 
-    # step 1: every problem is at the first stage; its requests forbid what it forbids
+    # every problem starts at its own stage (the i-th in name order at stage i mod 4); step 1's
+    # requests forbid what their problem's stage forbids, and its prompts say so (an open
+    # stage's prompt is the plain one)
+    state = json.loads((run_dir / "sqd" / "state.json").read_text())
+    start = {name: i % len(STAGES) for i, name in enumerate(sorted(state["problems"]))}
     requests = json.loads(next((run_dir / "handoff" / "steps").glob("step-00000001"))
                           .joinpath("requests.json").read_text())["requests"]
-    assert requests and all(r["forbidden"] == FIRST.forbid for r in requests)
-    rollouts = m.read_records(run_dir / "rollouts" / "step_000001.jsonl")
-    assert all("Forbidden techniques: openmp" in r["prompt"] for r in rollouts)
+    assert requests
+    for r in requests:
+        assert r["forbidden"] == STAGES[start[r["problem"]["name"]]].forbid, r
+    for r in m.read_records(run_dir / "rollouts" / "step_000001.jsonl"):
+        stage = STAGES[start[r["id"].removeprefix("gemm:")]]
+        assert ("Forbidden techniques" in r["prompt"]) == (not stage.open), r["prompt"]
+        for technique in stage.forbid:
+            assert f"Forbidden techniques: {technique}" in r["prompt"]
 
     # the untrained model writes no kernel that runs: with max_steps 1 every prompted problem
-    # moves on after each step it was prompted in
-    state = json.loads((run_dir / "sqd" / "state.json").read_text())
+    # moves on after each step it was prompted in, cycling after the last stage
     prompted: dict[str, set[int]] = {}
     for step in (1, 2, 3):
         for row in m.read_records(run_dir / "rollouts" / f"step_{step:06d}.jsonl"):
             prompted.setdefault(row["id"].removeprefix("gemm:"), set()).add(step)
     assert prompted
     for problem, steps in prompted.items():
-        assert state["problems"][problem]["stage"] == min(len(steps), 3), (problem, steps)
+        moved = (start[problem] + len(steps)) % len(STAGES)
+        assert state["problems"][problem]["stage"] == moved, (problem, steps)
+        assert sum(state["problems"][problem]["visits"].values()) == len(steps)
     results = [json.loads(x) for x in (run_dir / "sqd" / "results.jsonl").read_text()
                .splitlines()]
     assert [r["step"] for r in results] == sorted(r["step"] for r in results)
-    assert {r["stage"] for r in results if r["step"] == 1} == {"scalar"}
+    assert {r["stage"] for r in results if r["step"] == 1} == {
+        STAGES[start[r["problem"]]].name for r in results if r["step"] == 1}
     assert (run_dir / "sqd" / "state.json.bak").is_file()
     saved = ckpt.read_state(result.checkpoint)
     assert saved["client_state"]["sqd"]["problems"] == state["problems"]  # what resume restores
@@ -76,6 +89,7 @@ def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     for problem in prompted:
         assert f"{problem}: stage " in done.output
+    assert "problems by stages visited:" in done.output
     png = run_dir / "sqd" / "gflops.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -107,7 +121,8 @@ def test_an_openmp_kernel_under_a_stage_forbidding_openmp_is_off_stage() -> None
     """Judged first, then off its stage: -5 (stage_rules "after"); -100 before the code under
     the ablation's "before"."""
     settings = BenchSettings(size=64, check_size=37, repetitions=2, timed_budget_ms=0, warmup=0)
-    request = BenchRequest(id="omp", completion=kernel_source("openmp"), forbidden=FIRST.forbid)
+    request = BenchRequest(id="omp", completion=kernel_source("openmp"),
+                           forbidden=NO_OPENMP.forbid)
     record = run_bench(request, settings).to_dict()
     assert (record["status"], record["reward"], record["off_stage"]) == ("ok", -5.0, ["openmp"])
     before = settings.model_copy(update={"stage_rules": "before"})
