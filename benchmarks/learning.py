@@ -66,7 +66,8 @@ def suite_config(root: Path, args: argparse.Namespace) -> dict[str, Any]:
                      "zero_stage": 0},
         "sft": {"steps": args.sft_steps, "lr": args.sft_lr, "check_examples": 0},
     }
-    if args.suite == "gemm":
+    if args.suite == "gemm":  # one warm start for every arm, taught SQD's stage prompts too
+        common["sft"] = {**common["sft"], "stage_prompts": True}
         return {**common, "model": {"path": "tiny"}, "handoff": {"local_workers": 1},
                 "data": {"tasks": [{"name": "gemm", "eval_fraction": args.eval_fraction,
                                     "eval_samples": args.samples}], "split_seed": 0}}

@@ -13,9 +13,11 @@ writes no compilable kernel without such a warm start.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Protocol
 
 from hargo_hpc.bench.techniques import TECHNIQUES
 from hargo_hpc.tasks.base import Example
@@ -67,11 +69,34 @@ def load_corpus() -> list[CorpusKernel]:
     return kernels
 
 
+class Stage(Protocol):
+    """What the corpus needs of an SQD stage (`hargo_hpc.sqd.StageSpec`)."""
+
+    name: str
+    forbid: list[str]
+    require: list[str]
+
+    @property
+    def permitted(self) -> list[str]: ...
+
+    @property
+    def open(self) -> bool: ...
+
+
+def satisfied(stages: Sequence[Stage], kernel: CorpusKernel) -> list[Stage]:
+    """The stages other than an open one whose rules `kernel` keeps: none of its techniques
+    forbidden, every required one among them."""
+    have = set(kernel.techniques)
+    return [s for s in stages if not s.open and not have & set(s.forbid)
+            and set(s.require) <= have]  # fmt: skip
+
+
 def sft_examples(
     problems: Sequence[Example],
     kernels: Sequence[CorpusKernel] | None = None,
     *,
     staged: bool = False,
+    stages: Sequence[Stage] | None = None,
 ) -> list[tuple[str, str]]:
     """(user text, completion) pairs: every kernel (default: the whole corpus) for every
     problem, problem by problem, kernels in corpus order.
@@ -79,7 +104,11 @@ def sft_examples(
     The user text is `Gemm.user_text` (not wrapped in a template: the trainer applies
     `prompts.build_prompt`); the completion is the kernel in one ```c fence. With `staged`, each
     prompt is the SQD form that permits exactly the kernel's techniques and forbids the others,
-    so the answer obeys the stage it was asked for.
+    so the answer obeys the stage it was asked for. With `stages` (an SQD schedule), each plain
+    pair is followed by the same kernel under one of the stages it keeps (`satisfied`), its
+    prompt rendered as the RL step renders it (`Gemm.prompt_for` with the stage's permitted and
+    forbidden techniques), the stage picked by crc32 of the problem and kernel names so that the
+    stages share the pairs; a kernel that keeps no stage's rules gets the plain pair only.
     """
     task = Gemm()
     kernels = load_corpus() if kernels is None else list(kernels)
@@ -93,4 +122,10 @@ def sft_examples(
             else:
                 text = task.user_text(example)
             pairs.append((text, kernel.completion))
+            kept = satisfied(stages, kernel) if stages else []
+            if kept:
+                key = f"{task.problem_key(example)}/{kernel.name}".encode()
+                stage = kept[zlib.crc32(key) % len(kept)]
+                pairs.append((task.prompt_for(example, stage.permitted, stage.forbid),
+                              kernel.completion))
     return pairs

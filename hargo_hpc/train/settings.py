@@ -121,6 +121,11 @@ class SftSection(_Section):
         "answered by the SFT model and by model.path, and the form figures printed (yes/no "
         "support, answer lengths, GEMM kernels compiled and ok) with intervals; 0 = no check",
     )
+    stage_prompts: bool | None = Field(
+        None, description="a staged task's corpus (GEMM) also trained under an SQD stage prompt "
+        "each kernel satisfies, rendered as in RL (sqd.stages), besides the plain prompt; None: "
+        "when sqd.enabled. Give an SQD run and the GRPO run it is compared with the same",
+    )
 
 
 def rows_per_step(rollout: RolloutSection) -> int:

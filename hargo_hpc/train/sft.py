@@ -58,12 +58,15 @@ def _corpus(source: str) -> Callable[[Sequence[Example]], list[tuple[str, str]]]
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
-def sft_items(task: Task, examples: Sequence[Example]) -> list[SftItem]:
+def sft_items(task: Task, examples: Sequence[Example],
+              stages: Sequence[Any] | None = None) -> list[SftItem]:  # fmt: skip
     """The SFT rows of one task: its examples' reference answers, or its corpus
-    (`Task.sft_corpus`). ValueError when the task has neither."""
+    (`Task.sft_corpus`; for a staged task with SQD `stages`, each pair also under a stage
+    prompt it keeps: `tasks.corpus.sft_examples`). ValueError when the task has neither."""
     if task.sft_corpus:
-        return [SftItem(task.name, text, answer)
-                for text, answer in _corpus(task.sft_corpus)(examples)]
+        corpus = _corpus(task.sft_corpus)
+        pairs = corpus(examples, stages=stages) if stages and task.staged else corpus(examples)
+        return [SftItem(task.name, text, answer) for text, answer in pairs]
     items = [SftItem(task.name, task.user_text(e), e.output) for e in examples if e.output]
     if not items:
         raise ValueError(f"task {task.name}: no example with a reference answer to train on")

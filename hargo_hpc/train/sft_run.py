@@ -62,13 +62,18 @@ def sft_data(data: Data, config: ExperimentConfig, tokenizer: Any, log: Log) -> 
     answer is a whole program, which the rollout, cut at that budget, could never finish (with
     the tiny model's tokenizer 30 of GEMM's 46 kernels are over 320 tokens; a warm start taught
     them sampled kernels cut short, 83 of 96 compile errors). When none fits (a pipeline check
-    with a few tokens), all are kept, cut short, and a warning says so."""
+    with a few tokens), all are kept, cut short, and a warning says so. With
+    `sft.stage_prompts` (None: when `sqd.enabled`) a staged task's corpus pairs come twice, the
+    second time under an SQD stage prompt the kernel keeps (`tasks.corpus.sft_examples`), so
+    the warm start can read the prompts SQD will ask."""
     items: list[SftItem] = []
     budgets = token_budgets(config)
+    staged = config.sft.stage_prompts
+    stages = config.sqd.stages if (config.sqd.enabled if staged is None else staged) else None
     try:
         for name, examples in data.train.items():
             task = data.tasks[name]
-            rows = sft_items(task, examples)
+            rows = sft_items(task, examples, stages)
             if task.sft_corpus:
                 budget = budgets[name]
                 kept = fitting(rows, tokenizer, budget)
@@ -80,6 +85,10 @@ def sft_data(data: Data, config: ExperimentConfig, tokenizer: Any, log: Log) -> 
                     log(f"{name}: SFT on {len(kept)} of {len(rows)} corpus rows, those whose "
                         f"answer fits the {budget}-token generation budget")
                     rows = kept
+                if stages and task.staged:
+                    plain = {task.user_text(e) for e in examples}
+                    log(f"{name}: {sum(r.user_text not in plain for r in rows)} of {len(rows)} "
+                        "SFT rows under an SQD stage prompt (sft.stage_prompts)")
             items.extend(rows)
     except ValueError as err:
         raise TrainError(str(err)) from None

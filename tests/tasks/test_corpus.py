@@ -131,3 +131,40 @@ def test_staged_sft_prompts_permit_the_kernels_techniques_and_forbid_the_rest() 
     ((prompt, _),) = sft_examples([problem], [plain], staged=True)
     assert "Permitted techniques: none." in prompt
     assert "Forbidden techniques: openmp (OpenMP threads), simd (" in prompt
+
+
+def test_sft_under_sqd_stages_adds_each_kernel_once_under_a_stage_it_keeps() -> None:
+    """Issue V.3: the warm start reads the prompts SQD asks. Each plain pair is followed by the
+    same kernel under one stage whose rules it keeps, rendered as the RL step renders it; a
+    kernel that keeps none (it uses every technique a stage forbids) has its plain pair only."""
+    from hargo_hpc.bench.techniques import detect_techniques
+    from hargo_hpc.sqd import SqdSettings
+    from hargo_hpc.train.sft import sft_items
+
+    stages = SqdSettings().stages  # open, no_openmp, no_simd, no_blocking
+    problems = Gemm.load_problems()[:6]
+    kernels = list(KERNELS.values())
+    pairs = sft_examples(problems, kernels, stages=stages)
+    task, used = Gemm(), {}
+    plain_texts = {task.user_text(p) for p in problems}
+    i = 0
+    for problem in problems:
+        for kernel in kernels:
+            assert pairs[i] == (task.user_text(problem), kernel.completion)
+            i += 1
+            keeps = [s for s in stages[1:] if not set(kernel.techniques) & set(s.forbid)]
+            if not keeps:
+                continue
+            text, completion = pairs[i]
+            i += 1
+            stage = next(s for s in keeps if text == task.prompt_for(problem, s.permitted,
+                                                                     s.forbid))  # fmt: skip
+            assert completion == kernel.completion and text not in plain_texts
+            assert not set(detect_techniques(kernel.code)) & set(stage.forbid)
+            used[stage.name] = used.get(stage.name, 0) + 1
+    assert i == len(pairs)
+    assert set(used) == {"no_openmp", "no_simd", "no_blocking"}, used  # every stage taught
+    # through the trainer's reader: the same rows, the plain ones alone without stages
+    rows = sft_items(task, problems[:1], stages)
+    assert [(r.user_text, r.target) for r in rows] == sft_examples(problems[:1], stages=stages)
+    assert len(sft_items(task, problems[:1])) == len(KERNELS)
