@@ -98,7 +98,8 @@ def test_observe_archives_the_best_per_technique_set_and_skips_failures() -> Non
         "code b", 7.0, 1, "open", "b")  # p256 starts at stage 0, p512 at 1 (spread)
     assert best.ratio == pytest.approx(0.07)
     assert archive_key("p", ["simd", "openmp"]) == "p|openmp+simd"  # the vocabulary's order
-    assert sqd.metrics() == {"sqd/stage_mean": 0.5, "sqd/archive_size": 2.0}  # stages 0, 1
+    assert sqd.metrics() == {"sqd/stage_mean": 0.5, "sqd/archive_size": 2.0,  # stages 0, 1
+                             "sqd/bonus_mean": 0.0}  # no bonuses asked for
 
 
 def test_a_required_technique_missing_keeps_the_result_out() -> None:
@@ -119,6 +120,29 @@ def test_an_ok_kernel_off_its_stage_is_neither_progress_nor_an_elite() -> None:
     assert sqd.archive == {} and sqd.problems["p"].stale == 0  # no mark to plateau at
     sqd.observe(2, [Result("p", "plain", ok(5.0, (), "p"))])
     assert list(sqd.archive) == ["p|none"]
+
+
+def test_the_archive_pays_a_new_or_better_elite_and_a_rare_cell_never_a_failure() -> None:
+    """Sqd.bonuses by hand: B [cell empty or g >= best (1 + margin)] + N / sqrt(1 + n), for
+    on-stage ok kernels only, against the archive before the step."""
+    settings = SqdSettings(bonus=10.0, bonus_margin=0.05, novelty=4.0, patience=50,
+                           max_steps=50)  # fmt: skip
+    sqd = Sqd(settings, ["p"])  # one problem: stage 0, open
+    first = [Result("p", "a", ok(5.0, ("blocking",))), Result("p", "b", ok(5.0, ("blocking",))),
+             Result("p", "c", {"status": "compile_error"}),
+             Result("p", "d", {**ok(9.0, ("openmp",)), "off_stage": ["openmp"]}),
+             Result("p", "e", {**ok(9.0), "suspicious": True})]
+    assert sqd.bonuses(first) == [14.0, 14.0, 0.0, 0.0, 0.0]  # an empty cell: 10 + 4 / 1
+    sqd.observe(1, first)  # the blocking cell: best 5.0, n = 2; nothing else archived
+    assert sqd.counts == {"p|blocking": 2} and list(sqd.archive) == ["p|blocking"]
+    second = [Result("p", "f", ok(5.2, ("blocking",))),  # < 5.0 x 1.05: novelty only
+              Result("p", "g", ok(5.3, ("blocking",))),  # a better elite
+              Result("p", "h", ok(1.0))]  # a new cell, however slow
+    got = sqd.bonuses(second)
+    assert got == pytest.approx([4 / 3 ** 0.5, 10 + 4 / 3 ** 0.5, 14.0])
+    assert sqd.metrics()["sqd/bonus_mean"] == pytest.approx(sum(got) / 3)
+    off = Sqd(SqdSettings(bonus=0.0, novelty=0.0), ["p"])  # the ablation's switches
+    assert off.bonuses(first) == [0.0] * 5
 
 
 def test_the_state_round_trips_and_its_file_keeps_a_backup(tmp_path: Path) -> None:

@@ -40,7 +40,10 @@ problem), sees at least two stages; the visits per problem and stage are in the 
 
 Archive: key (problem, detected technique set) -> the best `ok` kernel under it (code, GFLOPS,
 its ratio to the in-run reference, step, stage, request id); a suspicious or failed run never
-enters. `Sqd.state_dict` holds everything (stages, counters, history, archive) for the
+enters. The archive feeds the reward (`bonuses`, added by the trainer): an on-stage ok kernel
+earns a quality-diversity bonus when it fills an empty cell or beats the cell's best by a margin,
+and a count-based novelty term that shrinks with the cell's visits; a failure never earns
+either. `Sqd.state_dict` holds everything (stages, counters, history, archive) for the
 trainer's checkpoint; `save` writes it to `<run dir>/sqd/state.json` (atomically, the previous
 version kept as `state.json.bak`) and appends the step's results to `results.jsonl`.
 """
@@ -48,6 +51,7 @@ version kept as `state.json.bak`) and appends the step's results to `results.jso
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -121,6 +125,15 @@ class SqdSettings(BaseModel):
     start: Literal["spread", "first"] = Field(
         "spread", description="spread: the i-th problem (in name order) starts at stage i mod "
         "the number of stages, so every batch mixes stages; first: every problem at stage 0")
+    bonus: float = Field(
+        10.0, ge=0, description="reward added to an on-stage ok kernel that fills an empty "
+        "(problem, technique set) cell of the archive or beats its best GFLOPS by bonus_margin "
+        "(0 = off)")
+    bonus_margin: float = Field(0.05, ge=0, description="relative gain over a cell's best "
+                                "GFLOPS that earns the bonus")
+    novelty: float = Field(
+        5.0, ge=0, description="count-based novelty: novelty / sqrt(1 + n) for an on-stage ok "
+        "kernel, n the on-stage ok kernels its cell had before the step (0 = off)")
 
     @model_validator(mode="after")
     def _distinct_names(self) -> SqdSettings:
@@ -221,6 +234,8 @@ class Sqd:
         self.problems = {name: ProblemState(stage=i % count if spread else 0)
                          for i, name in enumerate(sorted(problems))}  # fmt: skip
         self.archive: dict[str, ArchiveEntry] = {}
+        self.counts: dict[str, int] = {}  # on-stage ok kernels seen per archive cell
+        self.last_bonus = 0.0  # the mean bonus of the last step's results (metrics)
 
     def stage_of(self, problem: str) -> StageSpec:
         return self.settings.stages[self.problems[problem].stage]
@@ -232,6 +247,41 @@ class Sqd:
                 else self.stage_of(problem))
         found = set(record.get("techniques") or ())
         return [t for t in spec.require if t not in found]
+
+    def on_stage(self, result: Result) -> bool:
+        """An ok, not suspicious kernel that kept its prompt's stage (nothing forbidden used,
+        every required technique in it): what counts for progress, the archive and bonuses."""
+        record = result.record
+        if record.get("status") != "ok" or record.get("suspicious") or record.get("off_stage"):
+            return False
+        return not self.required_miss(result.problem, record, result.stage)
+
+    def bonuses(self, results: Sequence[Result]) -> list[float]:
+        """The archive's part of each result's reward, against the archive and the counts as
+        they stand before the step (the trainer adds it to the bench's reward):
+
+            b = B · [cell empty  or  g >= best_cell · (1 + margin)]  +  N / sqrt(1 + n_cell)
+
+        for an on-stage ok kernel (`on_stage`) with median GFLOPS g > 0, cell = (problem, its
+        technique set), B = `bonus`, N = `novelty`, n_cell the on-stage ok kernels the cell had
+        before; 0 for anything else, so no failure is ever paid. The first term is the
+        MAP-Elites insertion rule (Mouret & Clune 2015, "Illuminating search spaces by mapping
+        elites") as a reward; the second a count-based exploration bonus in 1/sqrt(n) (Strehl
+        & Littman 2008, MBIE-EB). Bounded by B + N."""
+        s = self.settings
+        out = []
+        for result in results:
+            result.stage = result.stage or self.stage_of(result.problem).name
+            g = float((result.record.get("gflops") or {}).get("median") or 0.0)
+            if not self.on_stage(result) or g <= 0:
+                out.append(0.0)
+                continue
+            key = archive_key(result.problem, result.record.get("techniques") or ())
+            best = self.archive.get(key)
+            elite = best is None or g >= best.gflops * (1 + s.bonus_margin)
+            out.append(s.bonus * elite + s.novelty / math.sqrt(1 + self.counts.get(key, 0)))
+        self.last_bonus = sum(out) / len(out) if out else 0.0
+        return out
 
     def observe(self, step: int, results: Sequence[Result]) -> list[str]:
         """Fold one step's results in: the archive, then each prompted problem's stage.
@@ -246,16 +296,14 @@ class Sqd:
             visited.add((result.problem, result.stage))
             if result.stage == now:
                 by_problem.setdefault(result.problem, [])
-            record = result.record
-            if record.get("status") != "ok" or record.get("suspicious"):
-                continue
-            gflops = float((record.get("gflops") or {}).get("median") or 0.0)
-            if record.get("off_stage") or self.required_miss(result.problem, record,
-                                                             result.stage):  # fmt: skip
-                continue  # ok, but off its stage: neither progress nor an elite
+            if not self.on_stage(result):
+                continue  # failed, suspicious, or ok but off its stage: no progress, no elite
+            gflops = float((result.record.get("gflops") or {}).get("median") or 0.0)
             if result.stage == now:
                 by_problem[result.problem].append(gflops)
             self._archive(step, result, gflops)
+            key = archive_key(result.problem, result.record.get("techniques") or ())
+            self.counts[key] = self.counts.get(key, 0) + 1
         for problem, stage in visited:
             visits = self.problems[problem].visits
             visits[stage] = visits.get(stage, 0) + 1
@@ -285,14 +333,16 @@ class Sqd:
         """For the step's metrics line: the mean stage index, the archive's size."""
         stages = [p.stage for p in self.problems.values()]
         return {"sqd/stage_mean": sum(stages) / len(stages) if stages else 0.0,
-                "sqd/archive_size": float(len(self.archive))}
+                "sqd/archive_size": float(len(self.archive)),
+                "sqd/bonus_mean": self.last_bonus}
 
     # ------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "stages": [s.name for s in self.settings.stages],
                 "problems": {name: asdict(p) for name, p in self.problems.items()},
-                "archive": {key: asdict(e) for key, e in self.archive.items()}}
+                "archive": {key: asdict(e) for key, e in self.archive.items()},
+                "counts": dict(self.counts)}
 
     def load_state_dict(self, state: Mapping[str, Any], where: str = "SQD state") -> None:
         """Restore `state_dict`'s output; SqdError (one line) for another schedule or a state
@@ -304,12 +354,13 @@ class Sqd:
         try:
             problems = {n: ProblemState(**p) for n, p in state["problems"].items()}
             archive = {k: ArchiveEntry(**e) for k, e in state["archive"].items()}
-        except (KeyError, TypeError, AttributeError) as err:
+            counts = {str(k): int(v) for k, v in (state.get("counts") or {}).items()}
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
             raise SqdError(f"{where}: not an SQD state ({err})") from None
         for name in self.problems:
             if name in problems:
                 self.problems[name] = problems[name]
-        self.archive = archive
+        self.archive, self.counts = archive, counts
 
     def save(self, directory: Path, step: int, results: Sequence[Result]) -> Path:
         """`state.json` (the previous one kept as `state.json.bak`) and the step's results

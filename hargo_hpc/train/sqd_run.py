@@ -7,7 +7,8 @@ these capabilities, never for their names.
 Each step, after the rewards came back (`observe`): a required technique of the stage a prompt
 had, missing from an ok kernel, costs the stage penalty (`BenchSettings.stage_penalty`: the
 off-stage reward, as a forbidden one costs in the bench; the reward is
-`bench.reward.record_reward`'s); then SQD sees
+`bench.reward.record_reward`'s); an on-stage ok kernel gets the archive's bonus on top
+(`Sqd.bonuses`: a new or better elite, a rarely visited cell); then SQD sees
 the step's results (archive, advancement) and rank 0 writes its files under `<run dir>/sqd/`.
 """
 
@@ -70,9 +71,10 @@ class SqdRun:
 
     def observe(self, step: int, rows: Sequence[Example], texts: Sequence[str],
                 stages: Sequence[StageSpec | None], batch: RewardBatch) -> None:
-        """The required-technique penalty written into `batch.rewards`, then SQD's step (the
-        module docstring); every rank alike, rank 0 prints and writes."""
-        results = []
+        """The required-technique penalty and the archive's bonus (`Sqd.bonuses`, against the
+        archive before this step) written into `batch.rewards`, then SQD's step (the module
+        docstring); every rank alike, rank 0 prints and writes."""
+        results, where = [], []
         for i, (example, text, stage) in enumerate(zip(rows, texts, stages, strict=True)):
             record, problem = batch.records[i], self._problem(example)
             if problem is None or record is None or stage is None:
@@ -84,6 +86,10 @@ class SqdRun:
                 batch.rewards[i] = reward
             results.append(Result(problem, self.tasks[example.task].extract(text), record,
                                   stage.name))
+            where.append(i)
+        for i, bonus in zip(where, self.sqd.bonuses(results), strict=True):
+            if bonus and batch.scored[i]:
+                batch.rewards[i] += bonus
         for line in self.sqd.observe(step, results):
             if distributed.is_main():
                 self.log(line)

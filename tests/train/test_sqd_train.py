@@ -47,7 +47,8 @@ def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
     run_dir = result.run_dir
     records = m.read_records(result.metrics)
     assert [r["step"] for r in records] == [1, 2, 3]
-    assert all("sqd/stage_mean" in r and "sqd/archive_size" in r for r in records)
+    assert all("sqd/stage_mean" in r and "sqd/archive_size" in r and "sqd/bonus_mean" in r
+               for r in records)  # fmt: skip
 
     # every problem starts at its own stage (the i-th in name order at stage i mod 4); step 1's
     # requests forbid what their problem's stage forbids, and its prompts say so (an open
