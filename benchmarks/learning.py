@@ -9,9 +9,11 @@ answers are computed once and shared), against the warm start on the same exampl
   gemm   the project's tiny model on GEMM with the real bench (one local worker: the real
          compiler, verification and timer), on the shipped 48 problem shapes
          (scripts/make_task_samples.py), a quarter held out; methods plain
-         GRPO and GRPO with SQD (`sqd.enabled`). Held-out metrics: the ok share, compiled share
-         and mean reward of `--samples` kernels sampled per problem. SQD against GRPO: the
-         distinct technique sets of ok kernels, and the best GFLOPS, on the held-out problems.
+         GRPO, GRPO with SQD (`sqd.enabled`) and SQD without the archive's bonus
+         (`sqd_nobonus`: sqd.bonus = sqd.novelty = 0). Held-out metrics: the ok share,
+         compiled share and mean reward of `--samples` kernels sampled per problem. SQD
+         against GRPO: the distinct technique sets of ok kernels, and the best GFLOPS, on the
+         held-out problems.
   text   SmolLM2-135M-Instruct on the HPC-GPT text mix (data race C, MLPerf QA, PLP QA from
          `--data`, default ../shared/data/hpc-gpt; the project's samples when absent, whose
          held-out splits are small); methods HARGO and GRPO. Held-out metrics: mean reward,
@@ -55,6 +57,10 @@ METRICS = {
 HPCGPT_FILES = {"data_race_c": "task2_c_c++.json", "mlperf_qa": "task1_ml_perf.json",
                 "plp_qa": "task1_plp.json"}
 
+
+# GRPO with SQD, and SQD without the archive's part of the reward (the ablation of issue V)
+SQD_METHODS = {"sqd": {"enabled": True},
+               "sqd_nobonus": {"enabled": True, "bonus": 0.0, "novelty": 0.0}}
 
 def suite_config(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The experiment every run of the suite shares (the SFT's, before a method is set)."""
@@ -106,10 +112,10 @@ def rl_run(root: Path, args: argparse.Namespace, start: Path, method: str,
     raw = suite_config(root, args)
     raw["run"] = {**raw["run"], "name": f"{method}-s{seed}", "seed": seed}
     raw["model"] = {**raw["model"], "path": str(start)}
-    raw["algorithm"] = {"name": "grpo" if method == "sqd" else method}
+    raw["algorithm"] = {"name": "grpo" if method in SQD_METHODS else method}
     raw["sft"] = {"steps": 0}
-    if method == "sqd":
-        raw["sqd"] = {"enabled": True}
+    if method in SQD_METHODS:
+        raw["sqd"] = SQD_METHODS[method]
     config = validate_config(raw)
     started = time.perf_counter()
     result = loop.train(config, log=lambda _: None, progress=False)
@@ -198,7 +204,7 @@ def parse_args() -> argparse.Namespace:
                         help="default gemm (what `make benchmarks` runs)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=None,
-                        help="default: grpo sqd (gemm), grpo hargo (text)")
+                        help="default: grpo sqd sqd_nobonus (gemm), grpo hargo (text)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per RL step")
     parser.add_argument("--G", type=int, default=None, help="completions per prompt")
@@ -219,7 +225,7 @@ def parse_args() -> argparse.Namespace:
                         help="keep the runs in this directory (default: a temporary one)")
     args = parser.parse_args()
     gemm = args.suite == "gemm"
-    defaults = {"methods": ["grpo", "sqd"] if gemm else ["grpo", "hargo"],
+    defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"] if gemm else ["grpo", "hargo"],
                 "steps": 40 if gemm else 20, "G": 8 if gemm else 4, "micro": 8 if gemm else 4,
                 "lr": 2e-4 if gemm else 1e-5, "temperature": 0.7 if gemm else 1.0,
                 "max_new_tokens": 320 if gemm else 96, "sft_steps": 300 if gemm else 40,
