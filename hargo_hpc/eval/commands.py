@@ -69,10 +69,15 @@ def eval_group() -> None:
 @click.option("--local-workers", type=click.IntRange(min=0), default=None,
               help="Bench workers to start for GEMM (default: the run's handoff.local_workers; "
                    "1 for a model directory). A submission's bench array serves its runs.")
+@click.option("--stage", default=None, metavar="NAME",
+              help="Ask GEMM under this SQD stage's prompt (one of the run's sqd.stages; its "
+                   "requests forbid what it forbids); default: the plain prompt. The default "
+                   "output directory gets -NAME appended.")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics.json instead of the table.")
 def model(target: str, task_names: str, split: str, limit: int | None, baseline: str | None,
           judge_spec: str | None, sample: bool | None, out: str | None,
-          batch_size: int | None, local_workers: int | None, as_json: bool) -> None:
+          batch_size: int | None, local_workers: int | None, stage: str | None,
+          as_json: bool) -> None:
     """Answer the held-out prompts of each task with MODEL_OR_RUN_DIR (a run directory: its
     export, on its tasks and split; a model directory or tiny / smollm2: the text tasks on the
     shipped samples), score them with the tasks' metrics (GEMM through the bench), and WinRate
@@ -89,6 +94,9 @@ def model(target: str, task_names: str, split: str, limit: int | None, baseline:
     names = [t.strip() for t in task_names.split(",") if t.strip()]
     try:
         evaluated = resolve_target(target, out=out, tasks=names or None)
+        if stage is not None and out is None:  # beside the plain prompt's, not over it
+            evaluated = resolve_target(target, out=f"{evaluated.out}-{stage}",
+                                       tasks=names or None)  # fmt: skip
         base = None if baseline is None else baseline_target(baseline, evaluated)
         settings = evaluated.config.eval
         metrics = evaluate(
@@ -96,7 +104,7 @@ def model(target: str, task_names: str, split: str, limit: int | None, baseline:
             baseline=base, judge=judge_spec or settings.judge,
             sample=settings.sample if sample is None else sample,
             batch_size=batch_size or settings.batch_size, local_workers=local_workers,
-            log=lambda line: click.echo(line, err=True))
+            stage=stage, log=lambda line: click.echo(line, err=True))
     except EvalError as err:
         raise UsageFailure(str(err)) from None
     click.echo(json.dumps(metrics) if as_json else format_table(metrics), nl=as_json)

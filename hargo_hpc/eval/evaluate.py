@@ -211,11 +211,12 @@ def eval_examples(config: ExperimentConfig, split: str, limit: int | None,
 
 
 def plan_tasks(config: ExperimentConfig, examples: dict[str, list[Example]], *,
-               sample: bool) -> dict[str, TaskPlan]:
+               sample: bool, stage: Any = None) -> dict[str, TaskPlan]:
     """Each task's `TaskPlan`: its generation budget (`config.generation_budget`, training's),
     `eval_samples` completions per example (the TaskSpec's, else `Task.eval_samples`); more
     than one are sampled at the rollout's temperature and top-p (training's distribution),
-    one is greedy, or HPC-GPT's sampling with `sample`."""
+    one is greedy, or HPC-GPT's sampling with `sample`. `stage` (an SQD stage): a staged
+    task's prompts state it and its requests forbid what it forbids."""
     from hargo_hpc.config import generation_budget
 
     plans = {}
@@ -228,8 +229,22 @@ def plan_tasks(config: ExperimentConfig, examples: dict[str, list[Example]], *,
                                    "top_p": config.rollout.top_p}
         else:
             how = {"do_sample": sample, **(HPCGPT_SAMPLING if sample else {})}
-        plans[name] = TaskPlan(items, samples, budget.max_new_tokens, budget.stop, **how)
+        staged = stage if stage is not None and task_class(name).staged else None
+        plans[name] = TaskPlan(items, samples, budget.max_new_tokens, budget.stop, **how,
+                               stage=staged)
     return plans
+
+
+def stage_named(config: ExperimentConfig, name: str | None) -> Any:
+    """The SQD stage `name` of the config's schedule (`sqd.stages`); None for None. EvalError
+    (one line naming the stages there are) for another name."""
+    if name is None:
+        return None
+    for stage in config.sqd.stages:
+        if stage.name == name:
+            return stage
+    raise EvalError(f"no SQD stage {name!r} in this run's sqd.stages (there are: "
+                    f"{', '.join(s.name for s in config.sqd.stages)})")
 
 
 # ---------------------------------------------------------------- answering
@@ -283,8 +298,8 @@ class Answerer:
                 params = SamplingParams(
                     max_new_tokens=plan.max_new_tokens, stop=plan.stop,
                     do_sample=plan.do_sample, temperature=plan.temperature, top_p=plan.top_p)
-                prompts = [build_prompt(tasks[name].user_text(e), self.format, self.tokenizer)
-                           for e in plan.examples]
+                prompts = [build_prompt(plan.user_text(tasks[name], e), self.format,
+                                        self.tokenizer) for e in plan.examples]  # fmt: skip
                 seeds = [example_seed(self.seed, e) for e in plan.examples]
                 per_call = max(1, self.batch_size // plan.samples)
                 texts: list[str] = []
@@ -315,12 +330,14 @@ def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
         return {}
     rows = [e for name in remote for e in plans[name].rows]
     completions = [t for name in remote for t in texts[name]]
+    forbidden = [f for name in remote for f in plans[name].forbidden()]
     workers = LocalWorkers(handoff_dir, local_workers, bench=config.bench,
                            handoff=config.handoff, log=log)
     router = RewardRouter(tasks, handoff_dir=handoff_dir, log=log, progress=False,
                           handoff_settings=config.handoff, liveness=workers.check)
     with workers:
-        batch = router.score(step, rows, completions)
+        batch = router.score(step, rows, completions,
+                             forbidden=forbidden if any(forbidden) else None)
     out: dict[str, list[dict[str, Any]]] = {}
     at = 0
     for name in remote:
@@ -457,24 +474,29 @@ def answer(model: str, target: Target, tasks: dict[str, Task], plans: dict[str, 
 def evaluate(target: Target, *, split: str = "eval", limit: int | None = None,
              baseline: str | None = None, judge: str = "auto", sample: bool = False,
              batch_size: int = 8, local_workers: int | None = None,
-             handoff_dir: Path | None = None, log: Log = print) -> dict[str, Any]:
+             handoff_dir: Path | None = None, stage: str | None = None,
+             log: Log = print) -> dict[str, Any]:
     """Answer, score, compare with the baseline (None: `target.baseline`; '' none) and write
     the outputs (`write_outputs`); returns metrics.json's content. `local_workers` (None: the
     config's handoff.local_workers) bench workers are started for GEMM, on `handoff_dir`
-    (None: the run's handoff, or `<out>/handoff` for a bare model). The baseline's
+    (None: the run's handoff, or `<out>/handoff` for a bare model or under a stage). The
+    baseline's
     answers come from its cache when another evaluation computed them
-    (`baseline_answers.cached_answers`)."""
+    (`baseline_answers.cached_answers`). `stage`: the name of an SQD stage of the run's
+    schedule whose prompt GEMM is asked under (its requests forbid what it forbids; the
+    metrics add forbidden_share and on_stage_share); None: the plain prompt."""
     from hargo_hpc.eval.baseline_answers import cached_answers
 
     config = target.config
+    spec = stage_named(config, stage)
     tasks, examples = eval_examples(config, split, limit, log)
-    plans = plan_tasks(config, examples, sample=sample)
-    if handoff_dir is None:
-        handoff_dir = (config.handoff_dir() if target.run_dir is not None
-                       else target.out / "handoff")
+    plans = plan_tasks(config, examples, sample=sample, stage=spec)
+    own = handoff_dir is None and (target.run_dir is None or spec is not None)
+    if handoff_dir is None:  # a stage's evaluation has its own: its steps are the plain one's
+        handoff_dir = target.out / "handoff" if own else config.handoff_dir()
     workers = config.handoff.local_workers if local_workers is None else local_workers
-    if target.run_dir is None and local_workers is None:
-        workers = max(workers, 1)  # a bare model has no submission's bench array
+    if own and local_workers is None:
+        workers = max(workers, 1)  # no submission's bench array serves this handoff
     common = {"handoff_dir": handoff_dir, "workers": workers, "batch_size": batch_size,
               "log": log}
     ours = answer(target.model, target, tasks, plans, **common)
@@ -495,6 +517,8 @@ def evaluate(target: Target, *, split: str = "eval", limit: int | None = None,
         "tasks": score(tasks, plans, ours, theirs, seed=seed),
         "winrate": None,
     }
+    if stage is not None:
+        metrics["stage"] = stage
     if theirs is not None and any(not tasks[n].remote for n in plans):
         metrics["winrate"] = {"baseline": base_model, "judge": judge,
                               **winrates(tasks, plans, ours, theirs, judge, seed=seed)}

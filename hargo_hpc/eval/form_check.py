@@ -8,7 +8,9 @@ and by the model it started from (`model.path`), as `hargo eval` does (the same 
 greedy text answers, GEMM kernels sampled and judged by the bench in process), and each task's
 form metrics (`Task.form`: yes/no support, QA answer lengths, GEMM kernels compiled and ok) are
 printed start → end with their 95 % intervals and the paired change. The evaluation's files go
-to `<run dir>/sft/eval/`.
+to `<run dir>/sft/eval/`. When the warm start was taught SQD's stage prompts
+(`sft.stage_prompts`), GEMM is checked again under each stage prompt (`STAGE_FORM`: compiled,
+ok, using a forbidden technique, ok on its stage), into `<run dir>/sft/eval-<stage>/`.
 """
 
 from __future__ import annotations
@@ -21,18 +23,47 @@ from hargo_hpc.eval.plans import Log
 from hargo_hpc.eval.summary import change_lines
 from hargo_hpc.tasks.registry import task_class
 
+STAGE_FORM = ("compiled_share", "ok_share", "forbidden_share", "on_stage_share")
 
-def check_form(sft_dir: Path, examples: int, *, log: Log = print) -> dict[str, Any]:
+
+def check_form(sft_dir: Path, examples: int, *, stage: str | None = None,
+               log: Log = print) -> dict[str, Any]:
     """Evaluate the SFT run in `sft_dir` (`RunLayout.sft.root`) on at most `examples`
-    held-out examples per task against its starting model; metrics.json's content."""
-    target = resolve_target(str(sft_dir))
-    return evaluate(target, limit=examples, local_workers=1,
+    held-out examples per task against its starting model; metrics.json's content. `stage`:
+    GEMM only, under that SQD stage's prompt (`evaluate`'s `stage`)."""
+    if stage is None:
+        target = resolve_target(str(sft_dir))
+    else:
+        target = resolve_target(str(sft_dir), out=str(sft_dir / f"eval-{stage}"),
+                                tasks=[n for n in _run_tasks(sft_dir)
+                                       if task_class(n).staged])  # fmt: skip
+    return evaluate(target, limit=examples, local_workers=1, stage=stage,
                     handoff_dir=target.out / "handoff", log=log)
 
 
-def form_lines(metrics: dict[str, Any]) -> list[str]:
-    """One line per task and form metric (`Task.form`), start -> end (`change_lines`)."""
-    return change_lines(metrics, lambda name: task_class(name).form, prefix="form  ")
+def _run_tasks(sft_dir: Path) -> list[str]:
+    return [spec.name for spec in resolve_target(str(sft_dir)).config.data.tasks]
+
+
+def stage_names(sft_dir: Path) -> list[str]:
+    """The SQD stages the warm start in `sft_dir` was taught (`sft.stage_prompts`, default:
+    when sqd.enabled) other than an open one: those the form check asks again; [] when it was
+    taught none or has no staged task."""
+    config = resolve_target(str(sft_dir)).config
+    taught = config.sft.stage_prompts
+    if not (config.sqd.enabled if taught is None else taught):
+        return []
+    if not any(task_class(n).staged for n in _run_tasks(sft_dir)):
+        return []
+    return [s.name for s in config.sqd.stages if not s.open]
+
+
+def form_lines(metrics: dict[str, Any], stage: str | None = None) -> list[str]:
+    """One line per task and form metric (`Task.form`; under a stage `STAGE_FORM`), start ->
+    end (`change_lines`)."""
+    if stage is None:
+        return change_lines(metrics, lambda name: task_class(name).form, prefix="form  ")
+    return change_lines(metrics, lambda name: STAGE_FORM, prefix=f"form@{stage}  ")
 
 
 def check_generalisation(run_dir: Path, examples: int, *, log: Log = print

@@ -30,6 +30,17 @@ class TaskPlan:
     do_sample: bool
     temperature: float = 1.0
     top_p: float = 1.0
+    stage: Any = None  # an SQD stage (`sqd.StageSpec`) the prompts state; None: the plain prompt
+
+    def user_text(self, task: Task, example: Example) -> str:
+        """The prompt's user text: the plain one, or the stage's (an open stage's is plain)."""
+        if self.stage is None or self.stage.open:
+            return task.user_text(example)
+        return task.prompt_for(example, self.stage.permitted, self.stage.forbid)
+
+    def forbidden(self) -> list[list[str] | None]:
+        """Per row, the techniques its prompt forbade (what the bench request carries)."""
+        return [None if self.stage is None else list(self.stage.forbid)] * len(self.rows)
 
     @property
     def rows(self) -> list[Example]:
@@ -43,6 +54,9 @@ class TaskPlan:
         if self.do_sample:  # each (example, sample) its own stream (eval.evaluate.example_seed)
             out.update(temperature=self.temperature, top_p=self.top_p,
                        seeding="per example and sample")
+        if self.stage is not None:
+            out["stage"] = {"name": self.stage.name, "forbid": list(self.stage.forbid),
+                            "require": list(self.stage.require)}
         return out
 
 

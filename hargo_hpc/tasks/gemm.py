@@ -243,7 +243,11 @@ class Gemm(Task):
         reward_mean: mean reward of the scored records; suspicious: ok runs flagged so;
         statuses: count of every status in bench.status.STATUSES (zeros included); techniques /
         techniques_ok: count of records (all / ok) whose `techniques` list each technique.
-        DataError for a record that is not an object with a known status.
+        Under an SQD stage (records whose request forbade techniques, `forbidden`), also
+        forbidden_share: the scored kernels that use a forbidden technique, whatever their
+        status; on_stage_share: the scored kernels that are ok, not suspicious and not off
+        their stage (`off_stage`). DataError for a record that is not an object with a known
+        status.
         """
         if len(examples) != len(predictions):
             raise DataError(f"gemm metrics: {len(predictions)} records for "
@@ -252,6 +256,7 @@ class Gemm(Task):
         techniques = dict.fromkeys(TECHNIQUES, 0)
         techniques_ok = dict.fromkeys(TECHNIQUES, 0)
         gflops, ratios, rewards, suspicious = [], [], [], 0
+        staged = uses_forbidden = on_stage = 0
         for index, record in enumerate(predictions):
             status = record.get("status") if isinstance(record, Mapping) else None
             if status not in statuses:
@@ -266,11 +271,16 @@ class Gemm(Task):
             reward = self.reward_from_record(record)
             if reward is not None:
                 rewards.append(reward)
+            forbidden = record.get("forbidden")
+            if isinstance(forbidden, list | tuple) and forbidden:
+                staged += 1
+                uses_forbidden += status not in UNSCORED and bool(used & set(forbidden))
             if status != "ok":
                 continue
             if record.get("suspicious"):
                 suspicious += 1
                 continue
+            on_stage += not record.get("off_stage")
             speeds = record.get("gflops")
             median = speeds.get("median") if isinstance(speeds, Mapping) else None
             if _number(median):
@@ -278,6 +288,8 @@ class Gemm(Task):
             if _number(record.get("ratio")) and record["ratio"] > 0:
                 ratios.append(float(record["ratio"]))
         scored = len(predictions) - sum(statuses[s] for s in UNSCORED)
+        stage = {"forbidden_share": uses_forbidden / scored if scored else None,
+                 "on_stage_share": on_stage / scored if scored else None} if staged else {}
         return {
             "n": len(predictions),
             "scored": scored,
@@ -297,4 +309,5 @@ class Gemm(Task):
             "statuses": statuses,
             "techniques": techniques,
             "techniques_ok": techniques_ok,
+            **stage,
         }

@@ -153,7 +153,7 @@ def sft(job: str, overrides: tuple[str, ...], resume: bool) -> None:
 
 def _check_form(sft_dir: Path, examples: int) -> None:
     """The form figures after SFT (`eval.form_check`), one line per task and metric."""
-    from hargo_hpc.eval.form_check import check_form, form_lines
+    from hargo_hpc.eval.form_check import check_form, form_lines, stage_names
     from hargo_hpc.eval.plans import EvalError
 
     click.echo(f"form check: at most {examples} held-out examples per task, the SFT model "
@@ -165,3 +165,11 @@ def _check_form(sft_dir: Path, examples: int) -> None:
         return
     for line in form_lines(metrics):
         click.echo(line)
+    for stage in stage_names(sft_dir):  # the stage prompts it was taught (sft.stage_prompts)
+        try:
+            staged = check_form(sft_dir, examples, stage=stage, log=_log)
+        except EvalError as err:
+            click.echo(f"form check under stage {stage} skipped: {err}")
+            continue
+        for line in form_lines(staged, stage):
+            click.echo(line)

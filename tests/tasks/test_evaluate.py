@@ -110,6 +110,27 @@ def test_a_run_directory_is_evaluated_on_its_split_against_its_starting_model(
     assert "ok_share" in gemm["baseline"] and "ok_share" in gemm["vs_baseline"]
     assert metrics["winrate"]["baseline"] == "tiny"
     assert set(metrics["winrate"]["tasks"]) == {"plp_qa"}  # kernels are measured, not judged
+    assert "forbidden_share" not in gemm and "stage" not in metrics  # the plain prompt
+
+    # under an SQD stage's prompt (issue V): its own directory and handoff beside the plain
+    # evaluation's, the requests forbid what the stage forbids, two more shares
+    done = hargo("eval", str(run_dir), "--stage", "no_openmp", "--tasks", "gemm", "-n", "1",
+                 "--json")
+    assert done.exit_code == 0, done.output
+    staged = metrics_of(run_dir / "eval-no_openmp")
+    assert staged["stage"] == "no_openmp" and metrics_of(run_dir / "eval") == metrics
+    assert staged["decoding"]["gemm"]["stage"] == {"name": "no_openmp", "forbid": ["openmp"],
+                                                   "require": []}  # fmt: skip
+    values = staged["tasks"]["gemm"]
+    assert 0.0 <= values["forbidden_share"] <= 1.0 and 0.0 <= values["on_stage_share"] <= 1.0
+    assert values["on_stage_share"] <= values["ok_share"]
+    records = [json.loads(line)["record"] for line in (run_dir / "eval-no_openmp" /
+               "predictions" / "gemm.jsonl").read_text().splitlines()]  # fmt: skip
+    assert records and all(r["forbidden"] == ["openmp"] for r in records)
+    done = hargo("eval", str(run_dir), "--stage", "scalar", "--tasks", "gemm")
+    assert done.exit_code == 2
+    assert "no SQD stage 'scalar' in this run's sqd.stages (there are: open, no_openmp" in (
+        done.output)
 
 
 def test_bad_targets_and_baselines_are_one_line(tmp_path: Path) -> None:

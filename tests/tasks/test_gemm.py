@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -261,3 +262,27 @@ def test_metrics_of_nothing_scored_and_bad_records() -> None:
         Gemm().metrics(examples, ["```c\nvoid gemm() {}```"])
     with pytest.raises(DataError, match=r"record 0: .* got 'great'"):
         Gemm().metrics(examples, [{"status": "great"}])
+
+
+def test_metrics_under_a_stage_count_forbidden_use_and_on_stage_kernels() -> None:
+    """Issue V: records whose request forbade techniques add forbidden_share (the scored
+    kernels using one, whatever their status) and on_stage_share (ok, not suspicious, not off
+    their stage); plain records add neither."""
+    task = Gemm()
+    examples = Gemm.load_problems()[:1] * 5
+
+    def rec(status: str, techniques: list[str], **extra: Any) -> dict[str, Any]:
+        return {"status": status, "reward": 1.0, "techniques": techniques,
+                "forbidden": ["openmp"], "gflops": {"median": 5.0}, "ratio": 0.2, **extra}
+
+    records = [rec("ok", ["openmp"], off_stage=["openmp"], reward=-5.0),  # used, off stage
+               rec("ok", ["blocking"]),  # on stage
+               rec("compile_error", ["openmp"], reward=-40.0),  # used, failed
+               rec("ok", [], suspicious=True, reward=0.0),  # not on stage: suspicious
+               {"status": "infra_error", "forbidden": ["openmp"]}]  # not scored
+    got = task.metrics(examples, records)
+    assert got["scored"] == 4
+    assert got["forbidden_share"] == pytest.approx(2 / 4)
+    assert got["on_stage_share"] == pytest.approx(1 / 4)
+    plain = task.metrics(examples[:1], [{**records[1], "forbidden": []}])
+    assert "forbidden_share" not in plain and "on_stage_share" not in plain

@@ -405,3 +405,26 @@ def test_hargo_sft_ends_with_the_form_check(tmp_path: Path) -> None:
     gemm = evaluated["tasks"]["gemm"]
     assert gemm["n"] == 1 and gemm["rows"] == Gemm.eval_samples
     assert 0.0 <= gemm["compiled_share"] <= 1.0 and "compiled_share" in gemm["vs_baseline"]
+
+
+def test_a_warm_start_taught_the_stage_prompts_is_checked_under_each(tmp_path: Path) -> None:
+    """Issue V.3: with sft.stage_prompts the GEMM corpus is trained under SQD's stage prompts
+    too (`hargo sft` says how many rows), and the form check asks GEMM again under each stage
+    other than the open one: compiled, ok, forbidden-technique and on-stage shares, start ->
+    end, each into <run>/sft/eval-<stage>/."""
+    job = tmp_path / "form.toml"
+    job.write_text(FORM_JOB.format(dir=tmp_path) + "stage_prompts = true\n")
+    done = CliRunner().invoke(main, ["sft", str(job)])
+    assert done.exit_code == 0, done.output
+    assert "SFT rows under an SQD stage prompt (sft.stage_prompts)" in done.output
+    lines = done.stdout.splitlines()
+    for stage, technique in (("no_openmp", "openmp"), ("no_simd", "simd"),
+                             ("no_blocking", "blocking")):
+        staged = [line for line in lines if line.startswith(f"form@{stage}  gemm  ")]
+        assert [line.split()[2] for line in staged] == [
+            "compiled_share", "ok_share", "forbidden_share", "on_stage_share"], lines
+        found = json.loads((tmp_path / "form" / "sft" / f"eval-{stage}" / "metrics.json")
+                           .read_text())  # fmt: skip
+        assert found["stage"] == stage and list(found["tasks"]) == ["gemm"]
+        assert found["decoding"]["gemm"]["stage"]["forbid"] == [technique]
+    assert not any(line.startswith("form@open") for line in lines)  # the plain check is it
