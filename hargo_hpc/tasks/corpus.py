@@ -13,7 +13,6 @@ writes no compilable kernel without such a warm start.
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -105,10 +104,11 @@ def sft_examples(
     `prompts.build_prompt`); the completion is the kernel in one ```c fence. With `staged`, each
     prompt is the SQD form that permits exactly the kernel's techniques and forbids the others,
     so the answer obeys the stage it was asked for. With `stages` (an SQD schedule), each plain
-    pair is followed by the same kernel under one of the stages it keeps (`satisfied`), its
-    prompt rendered as the RL step renders it (`Gemm.prompt_for` with the stage's permitted and
-    forbidden techniques), the stage picked by crc32 of the problem and kernel names so that the
-    stages share the pairs; a kernel that keeps no stage's rules gets the plain pair only.
+    pair is followed by the same kernel under every stage it keeps (`satisfied`), its prompt
+    rendered as the RL step renders it (`Gemm.prompt_for` with the stage's permitted and
+    forbidden techniques); a kernel that keeps no stage's rules gets the plain pair only. (Under
+    one stage each, picked by crc32, the warm start compiled 0.72 of its kernels under the plain
+    prompt; under every stage it keeps, 0.94, as without stages: docs/results.md.)
     """
     task = Gemm()
     kernels = load_corpus() if kernels is None else list(kernels)
@@ -122,10 +122,7 @@ def sft_examples(
             else:
                 text = task.user_text(example)
             pairs.append((text, kernel.completion))
-            kept = satisfied(stages, kernel) if stages else []
-            if kept:
-                key = f"{task.problem_key(example)}/{kernel.name}".encode()
-                stage = kept[zlib.crc32(key) % len(kept)]
+            for stage in satisfied(stages, kernel) if stages else []:
                 pairs.append((task.prompt_for(example, stage.permitted, stage.forbid),
                               kernel.completion))
     return pairs

@@ -133,10 +133,11 @@ def test_staged_sft_prompts_permit_the_kernels_techniques_and_forbid_the_rest() 
     assert "Forbidden techniques: openmp (OpenMP threads), simd (" in prompt
 
 
-def test_sft_under_sqd_stages_adds_each_kernel_once_under_a_stage_it_keeps() -> None:
+def test_sft_under_sqd_stages_adds_each_kernel_under_every_stage_it_keeps() -> None:
     """Issue V.3: the warm start reads the prompts SQD asks. Each plain pair is followed by the
-    same kernel under one stage whose rules it keeps, rendered as the RL step renders it; a
-    kernel that keeps none (it uses every technique a stage forbids) has its plain pair only."""
+    same kernel under every stage whose rules it keeps, in the schedule's order, rendered as the
+    RL step renders it; a kernel that keeps none (it uses every technique a stage forbids) has
+    its plain pair only."""
     from hargo_hpc.bench.techniques import detect_techniques
     from hargo_hpc.sqd import SqdSettings
     from hargo_hpc.train.sft import sft_items
@@ -153,15 +154,13 @@ def test_sft_under_sqd_stages_adds_each_kernel_once_under_a_stage_it_keeps() -> 
             assert pairs[i] == (task.user_text(problem), kernel.completion)
             i += 1
             keeps = [s for s in stages[1:] if not set(kernel.techniques) & set(s.forbid)]
-            if not keeps:
-                continue
-            text, completion = pairs[i]
-            i += 1
-            stage = next(s for s in keeps if text == task.prompt_for(problem, s.permitted,
-                                                                     s.forbid))  # fmt: skip
-            assert completion == kernel.completion and text not in plain_texts
-            assert not set(detect_techniques(kernel.code)) & set(stage.forbid)
-            used[stage.name] = used.get(stage.name, 0) + 1
+            for stage in keeps:
+                text, completion = pairs[i]
+                i += 1
+                assert text == task.prompt_for(problem, stage.permitted, stage.forbid)
+                assert completion == kernel.completion and text not in plain_texts
+                assert not set(detect_techniques(kernel.code)) & set(stage.forbid)
+                used[stage.name] = used.get(stage.name, 0) + 1
     assert i == len(pairs)
     assert set(used) == {"no_openmp", "no_simd", "no_blocking"}, used  # every stage taught
     # through the trainer's reader: the same rows, the plain ones alone without stages
