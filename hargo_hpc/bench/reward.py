@@ -2,8 +2,11 @@
 
 Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`):
 
-    ok                 shaped speed (below), or 0 when the run is `suspicious`
-    format_violation   -100   no code, wrong/missing gemm, forbidden header/symbol/technique
+    ok                 shaped speed (below), or 0 when the run is `suspicious`; off its SQD
+                       stage (a technique the request forbids: `off_stage`) penalties.off_stage
+                       (-5)
+    format_violation   -100   no code, wrong/missing gemm, forbidden header/symbol (a forbidden
+                              technique too under stage_rules "before", the ablation)
     compile_error       -40
     timeout             -30   compile or run
     runtime_error       -20   crash, signal, OOM, non-zero exit, output flood, forbidden syscall

@@ -4,7 +4,8 @@ Its own module, with no imports, so that the handoff (which validates result rec
 bench (which produces them) share it without the handoff loading the bench's runtime.
 
     ok                 compiled, verified and timed
-    format_violation   no code, wrong/missing gemm, forbidden header/symbol/technique
+    format_violation   no code, wrong/missing gemm, forbidden header/symbol (or technique,
+                       under the SQD ablation's stage_rules "before")
     compile_error      the compiler refused the completion's code
     timeout            compile or run took too long
     runtime_error      crash, signal, OOM, non-zero exit, output flood, forbidden syscall
