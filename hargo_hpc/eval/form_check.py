@@ -31,18 +31,12 @@ def check_form(sft_dir: Path, examples: int, *, stage: str | None = None,
     """Evaluate the SFT run in `sft_dir` (`RunLayout.sft.root`) on at most `examples`
     held-out examples per task against its starting model; metrics.json's content. `stage`:
     GEMM only, under that SQD stage's prompt (`evaluate`'s `stage`)."""
-    if stage is None:
-        target = resolve_target(str(sft_dir))
-    else:
-        target = resolve_target(str(sft_dir), out=str(sft_dir / f"eval-{stage}"),
-                                tasks=[n for n in _run_tasks(sft_dir)
-                                       if task_class(n).staged])  # fmt: skip
+    target = resolve_target(str(sft_dir))
+    if stage is not None:
+        staged = [spec.name for spec in target.config.data.tasks if task_class(spec.name).staged]
+        target = resolve_target(str(sft_dir), out=str(sft_dir / f"eval-{stage}"), tasks=staged)
     return evaluate(target, limit=examples, local_workers=1, stage=stage,
                     handoff_dir=target.out / "handoff", log=log)
-
-
-def _run_tasks(sft_dir: Path) -> list[str]:
-    return [spec.name for spec in resolve_target(str(sft_dir)).config.data.tasks]
 
 
 def stage_names(sft_dir: Path) -> list[str]:
@@ -53,7 +47,7 @@ def stage_names(sft_dir: Path) -> list[str]:
     taught = config.sft.stage_prompts
     if not (config.sqd.enabled if taught is None else taught):
         return []
-    if not any(task_class(n).staged for n in _run_tasks(sft_dir)):
+    if not any(task_class(spec.name).staged for spec in config.data.tasks):
         return []
     return [s.name for s in config.sqd.stages if not s.open]
 

@@ -220,6 +220,16 @@ class Result:
     record: Mapping[str, Any]
     stage: str = ""  # the stage its prompt had ("" = the problem's stage when observed)
 
+    @property
+    def gflops(self) -> float:
+        """The record's median GFLOPS (0.0 when it has none)."""
+        return float((self.record.get("gflops") or {}).get("median") or 0.0)
+
+    @property
+    def cell(self) -> str:
+        """Its archive key: the problem and the record's technique set (`archive_key`)."""
+        return archive_key(self.problem, self.record.get("techniques") or ())
+
 
 # ---------------------------------------------------------------- SQD
 
@@ -272,14 +282,14 @@ class Sqd:
         out = []
         for result in results:
             result.stage = result.stage or self.stage_of(result.problem).name
-            g = float((result.record.get("gflops") or {}).get("median") or 0.0)
+            g = result.gflops
             if not self.on_stage(result) or g <= 0:
                 out.append(0.0)
                 continue
-            key = archive_key(result.problem, result.record.get("techniques") or ())
-            best = self.archive.get(key)
+            best = self.archive.get(result.cell)
             elite = best is None or g >= best.gflops * (1 + s.bonus_margin)
-            out.append(s.bonus * elite + s.novelty / math.sqrt(1 + self.counts.get(key, 0)))
+            out.append(s.bonus * elite
+                       + s.novelty / math.sqrt(1 + self.counts.get(result.cell, 0)))
         self.last_bonus = sum(out) / len(out) if out else 0.0
         return out
 
@@ -298,12 +308,10 @@ class Sqd:
                 by_problem.setdefault(result.problem, [])
             if not self.on_stage(result):
                 continue  # failed, suspicious, or ok but off its stage: no progress, no elite
-            gflops = float((result.record.get("gflops") or {}).get("median") or 0.0)
             if result.stage == now:
-                by_problem[result.problem].append(gflops)
-            self._archive(step, result, gflops)
-            key = archive_key(result.problem, result.record.get("techniques") or ())
-            self.counts[key] = self.counts.get(key, 0) + 1
+                by_problem[result.problem].append(result.gflops)
+            self._archive(step, result)
+            self.counts[result.cell] = self.counts.get(result.cell, 0) + 1
         for problem, stage in visited:
             visits = self.problems[problem].visits
             visits[stage] = visits.get(stage, 0) + 1
@@ -316,14 +324,13 @@ class Sqd:
                                f"({why})")
         return changes
 
-    def _archive(self, step: int, result: Result, gflops: float) -> None:
-        record = result.record
+    def _archive(self, step: int, result: Result) -> None:
+        record, gflops = result.record, result.gflops
         techniques = list(record.get("techniques") or ())
-        key = archive_key(result.problem, techniques)
-        old = self.archive.get(key)
+        old = self.archive.get(result.cell)
         if old is None or gflops > old.gflops:
             ratio = record.get("ratio")
-            self.archive[key] = ArchiveEntry(
+            self.archive[result.cell] = ArchiveEntry(
                 result.problem, [t for t in TECHNIQUES if t in techniques], gflops,
                 None if ratio is None else float(ratio), result.code, step,
                 result.stage or self.stage_of(result.problem).name,
