@@ -11,9 +11,13 @@ answers are computed once and shared), against the warm start on the same exampl
          (scripts/make_task_samples.py), a quarter held out; methods plain
          GRPO, GRPO with SQD (`sqd.enabled`) and SQD without the archive's bonus
          (`sqd_nobonus`: sqd.bonus = sqd.novelty = 0). Held-out metrics: the ok share,
-         compiled share and mean reward of `--samples` kernels sampled per problem. SQD
-         against GRPO: the distinct technique sets of ok kernels, and the best GFLOPS, on the
-         held-out problems.
+         compiled share and mean reward of `--samples` kernels sampled per problem, under
+         the plain prompt and under each stage prompt of the SQD schedule (every arm, GRPO
+         too). Then issue V's gates, each SQD arm against GRPO: the warm start under the
+         stage prompts; the plain ok share; the distinct technique sets of ok kernels per
+         problem; the ok-and-on-stage share under the stage prompts (each paired per seed on
+         the problems, pooled over the seeds); the best GFLOPS per problem (maxima: a
+         point); compile errors and format violations over the last fifth of training.
   text   SmolLM2-135M-Instruct on the HPC-GPT text mix (data race C, MLPerf QA, PLP QA from
          `--data`, default ../shared/data/hpc-gpt; the project's samples when absent, whose
          held-out splits are small); methods HARGO and GRPO. Held-out metrics: mean reward,
@@ -54,6 +58,8 @@ METRICS = {
     "mlperf_qa": ("reward_mean", "share_over_40", "f1"),
     "plp_qa": ("reward_mean", "similarity", "mean_chars"),
 }
+# under a stage prompt (the held-out GEMM problems asked at an SQD stage)
+STAGE_METRICS = ("ok_share", "compiled_share", "forbidden_share", "on_stage_share")
 HPCGPT_FILES = {"data_race_c": "task2_c_c++.json", "mlperf_qa": "task1_ml_perf.json",
                 "plp_qa": "task1_plp.json"}
 
@@ -122,10 +128,19 @@ def rl_run(root: Path, args: argparse.Namespace, start: Path, method: str,
     trained = time.perf_counter() - started
     metrics = evaluate(resolve_target(str(result.run_dir)), local_workers=1,
                        log=lambda _: None)
-    curve = [json.loads(line)["reward"] for line in
-             result.metrics.read_text().splitlines()]
-    return {"metrics": metrics, "train_s": trained, "curve": curve,
+    staged = {}  # GEMM: also asked under every stage prompt, beside the plain one
+    for stage in stage_names(config) if args.suite == "gemm" else []:
+        target = resolve_target(str(result.run_dir), out=str(result.run_dir / f"eval-{stage}"))
+        staged[stage] = evaluate(target, local_workers=1, stage=stage, log=lambda _: None)
+    steps = [json.loads(line) for line in result.metrics.read_text().splitlines()]
+    return {"metrics": metrics, "staged": staged, "train_s": trained,
+            "curve": [step["reward"] for step in steps], "steps": steps,
             "eval_s": time.perf_counter() - started - trained, "run_dir": result.run_dir}
+
+
+def stage_names(config: Any) -> list[str]:
+    """The stages of the SQD schedule other than the open one (the plain prompt)."""
+    return [stage.name for stage in config.sqd.stages if not stage.open]
 
 
 def value_text(value: Any) -> str:
@@ -182,20 +197,140 @@ def pooled_text(found: dict[str, Any], key: str) -> str:
     return f"{text}: {pooled.verdict()}"
 
 
-def held_out_archive(run_dir: Path) -> tuple[set[tuple[str, ...]], float | None]:
-    """The distinct technique sets of ok kernels on the held-out problems, and the best
-    GFLOPS there (from the evaluation's predictions)."""
-    sets: set[tuple[str, ...]] = set()
-    best = None
-    for line in (run_dir / "eval" / "predictions" / "gemm.jsonl").read_text().splitlines():
-        record = json.loads(line).get("record") or {}
-        if record.get("status") != "ok" or record.get("suspicious"):
-            continue
-        sets.add(tuple(record.get("techniques") or ()))
-        gflops = (record.get("gflops") or {}).get("median")
-        if gflops is not None:
-            best = gflops if best is None else max(best, gflops)
-    return sets, best
+# ---------------------------------------------------------------- issue V's gates (gemm)
+
+def problem_records(eval_dir: Path, baseline: bool = False) -> list[list[dict[str, Any]]]:
+    """The bench records of an evaluation's predictions, grouped by held-out problem (its
+    samples together), problems in file order."""
+    from hargo_hpc.eval.paired_runs import Predictions, read_predictions
+
+    rows = read_predictions(Predictions(eval_dir, baseline=baseline).file("gemm"))
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(str(row["id"]), []).append(row.get("record") or {})
+    return list(grouped.values())
+
+
+def passed(record: dict[str, Any]) -> bool:
+    return record.get("status") == "ok" and not record.get("suspicious")
+
+
+def technique_sets(records: list[dict[str, Any]]) -> float:
+    """The distinct technique sets among one problem's ok kernels."""
+    return float(len({tuple(r.get("techniques") or ()) for r in records if passed(r)}))
+
+
+def on_stage_ok(records: list[dict[str, Any]]) -> float:
+    """The share of one problem's kernels that are ok and keep their stage's rules."""
+    return sum(passed(r) and not r.get("off_stage") for r in records) / len(records)
+
+
+def ok_share(records: list[dict[str, Any]]) -> float:
+    return sum(passed(r) for r in records) / len(records)
+
+
+def best_gflops(records: list[dict[str, Any]]) -> float:
+    """One problem's fastest ok kernel (median GFLOPS; 0 without one): a maximum, a point."""
+    return max([(r.get("gflops") or {}).get("median") or 0.0 for r in records if passed(r)],
+               default=0.0)
+
+
+def per_problem(run: dict[str, Any], value: Any, under: str = "plain") -> list[float]:
+    """`value` of each held-out problem's kernels, under the plain prompt or, for "stages",
+    pooled over every stage prompt's kernels of the problem."""
+    if under == "plain":
+        return [value(r) for r in problem_records(run["run_dir"] / "eval")]
+    groups = [problem_records(run["run_dir"] / f"eval-{stage}") for stage in run["staged"]]
+    return [value([r for group in problem for r in group]) for problem in zip(*groups,
+                                                                             strict=True)]
+
+
+def paired_over_seeds(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]], value: Any,
+                      under: str = "plain") -> Any:
+    """B − A of a per-problem value, paired on the problems within each seed, pooled over the
+    seeds (`eval.intervals.over_seeds`: seeds, then problems)."""
+    import numpy as np
+
+    from hargo_hpc.eval.intervals import mean_metric, over_seeds
+
+    changes = []
+    for a, b in zip(a_runs, b_runs, strict=True):
+        diff = np.array(per_problem(b, value, under)) - np.array(per_problem(a, value, under))
+        changes.append((mean_metric(diff), len(diff)))
+    return over_seeds(changes)
+
+
+def failure_share(run: dict[str, Any]) -> tuple[int, int]:
+    """(compile errors + format violations, scored kernels) over the last fifth of the
+    training steps (`bench/status/*` of metrics.jsonl)."""
+    steps = run["steps"][-max(1, len(run["steps"]) // 5):]
+    failed = sum((s.get("bench/status/compile_error") or 0)
+                 + (s.get("bench/status/format_violation") or 0) for s in steps)
+    return int(failed), int(sum(s.get("rewards/scored") or 0 for s in steps))
+
+
+def gate_text(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def warm_start_gate(run: dict[str, Any]) -> None:
+    """The warm start under each stage prompt (the stage evaluations' baseline) against the
+    plain prompt: compiled share ≥ 0.70 and the forbidden technique at most half as often."""
+    plain = [r for p in problem_records(run["run_dir"] / "eval", baseline=True) for r in p]
+    print("\nwarm start under each stage prompt (its answers, shared by every run):")
+    for stage, metrics in run["staged"].items():
+        base = metrics["tasks"]["gemm"]["baseline"]
+        forbid = set(metrics["decoding"]["gemm"]["stage"]["forbid"])
+        scored = [r for r in plain if r.get("status") != "infra_error"]
+        before = sum(bool(forbid & set(r.get("techniques") or ())) for r in scored) / len(scored)
+        compiled, used = base["compiled_share"], base["forbidden_share"]
+        met = compiled >= 0.70 and used <= before / 2
+        print(f"  {stage}: compiled {compiled:.3f} (>= 0.70); {'/'.join(sorted(forbid))} used "
+              f"{used:.3f} against {before:.3f} under the plain prompt (<= half): "
+              f"{gate_text(met)}")
+
+
+def sqd_gates(results: dict[str, list[dict[str, Any]]]) -> None:
+    """Issue V's gates, each SQD arm against GRPO, pooled over the seeds."""
+    grpo = results["grpo"]
+    warm_start_gate(grpo[0])
+    for arm in [m for m in results if m in SQD_METHODS]:
+        runs = results[arm]
+        print(f"\n{arm} - grpo on the held-out problems, paired per seed on the problems, "
+              "pooled over the seeds:")
+        ok = paired_over_seeds(grpo, runs, ok_share)
+        worst = min(i.value for i in ok.per_seed)
+        low = ok.pooled.low if ok.pooled is not None else float("nan")
+        print(f"  plain ok share: {pooled_line(ok)}; needs lower bound > -0.10 and no seed "
+              f"below -0.15 (lowest {worst:+.3f}): {gate_text(low > -0.10 and worst >= -0.15)}")
+        sets = paired_over_seeds(grpo, runs, technique_sets)
+        print(f"  technique sets of ok kernels per problem: {pooled_line(sets)}; needs >= +0.5 "
+              f"with lower bound > 0: {gate_text(meets(sets, 0.5))}")
+        staged = paired_over_seeds(grpo, runs, on_stage_ok, "stages")
+        print(f"  ok and on stage under the stage prompts: {pooled_line(staged)}; needs >= "
+              f"+0.15 with lower bound > 0: {gate_text(meets(staged, 0.15))}")
+        best = [sum(per_problem(r, best_gflops)) for r in (*grpo, *runs)]
+        ratio = sum(best[len(grpo):]) / max(sum(best[:len(grpo)]), 1e-12)
+        per_seed = ", ".join(f"{b / max(a, 1e-12):.2f}" for a, b in
+                             zip(best[:len(grpo)], best[len(grpo):], strict=True))
+        print(f"  best GFLOPS per problem, summed ({arm} / grpo; maxima: points): {ratio:.3f} "
+              f"(per seed {per_seed}); needs >= 0.90: {gate_text(ratio >= 0.90)}")
+        fail_a = [sum(x) for x in zip(*map(failure_share, grpo), strict=True)]
+        fail_b = [sum(x) for x in zip(*map(failure_share, runs), strict=True)]
+        share_a, share_b = fail_a[0] / max(fail_a[1], 1), fail_b[0] / max(fail_b[1], 1)
+        print(f"  compile errors + format violations over the last fifth of training: "
+              f"{share_b:.3f} of {fail_b[1]} against grpo's {share_a:.3f} of {fail_a[1]}; "
+              f"needs <= grpo's + 0.10: {gate_text(share_b <= share_a + 0.10)}")
+
+
+def pooled_line(found: Any) -> str:
+    seeds = ", ".join(i.change_text("+.3f") for i in found.per_seed)
+    pooled = "" if found.pooled is None else f"; pooled {found.pooled.change_text('+.3f')}"
+    return f"per seed {seeds}{pooled}"
+
+
+def meets(found: Any, least: float) -> bool:
+    return found.pooled is not None and found.pooled.value >= least and found.pooled.low > 0
 
 
 def parse_args() -> argparse.Namespace:
@@ -228,7 +363,7 @@ def parse_args() -> argparse.Namespace:
     defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"] if gemm else ["grpo", "hargo"],
                 "steps": 40 if gemm else 20, "G": 8 if gemm else 4, "micro": 8 if gemm else 4,
                 "lr": 2e-4 if gemm else 1e-5, "temperature": 0.7 if gemm else 1.0,
-                "max_new_tokens": 320 if gemm else 96, "sft_steps": 300 if gemm else 40,
+                "max_new_tokens": 320 if gemm else 96, "sft_steps": 600 if gemm else 40,
                 "sft_lr": 3e-3 if gemm else 3e-5, "eval_fraction": 0.25 if gemm else 0.12}
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -262,6 +397,10 @@ def main() -> int:
                 for line in change_lines(run["metrics"], METRICS.__getitem__,
                                          prefix=f"{method} s{seed}  "):
                     print(line, flush=True)
+                for stage, metrics in run["staged"].items():
+                    for line in change_lines(metrics, lambda _: STAGE_METRICS,
+                                             prefix=f"{method} s{seed} @{stage}  "):
+                        print(line, flush=True)
                 print(f"{method} s{seed}: train reward {curve_text(run['curve'])}; train "
                       f"{run['train_s']:.0f} s, eval {run['eval_s']:.0f} s", flush=True)
         tasks = list(results[args.methods[0]][0]["metrics"]["tasks"])
@@ -281,14 +420,8 @@ def main() -> int:
                 found = seed_pooled(results[first], results[second], name)
                 for key in found["changes"]:
                     print(f"  {name}: {pooled_text(found, key)}")
-        if {"grpo", "sqd"} <= set(results):
-            print("\nSQD against GRPO on the held-out problems (per seed):")
-            for a, b in zip(results["grpo"], results["sqd"], strict=True):
-                sets_a, best_a = held_out_archive(a["run_dir"])
-                sets_b, best_b = held_out_archive(b["run_dir"])
-                print(f"  {a['run_dir'].name} / {b['run_dir'].name}: technique sets with an "
-                      f"ok kernel {len(sets_a)} / {len(sets_b)}; best GFLOPS "
-                      f"{best_a or 0:.2f} / {best_b or 0:.2f}")
+        if "grpo" in results and set(results) & set(SQD_METHODS):
+            sqd_gates(results)
     print(f"\n{time.strftime('%Y-%m-%d')}: total {time.perf_counter() - started:.0f} s; "
           f"budget per run: {args.steps} steps x {args.prompts} prompts x G {args.G}, lr "
           f"{args.lr:g}, T {args.temperature:g}, {args.max_new_tokens} tokens; warm start "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hargo_hpc.errors import HargoError
-from hargo_hpc.tasks.base import Example, Task
+from hargo_hpc.tasks.base import Example, Stage, Task
 
 Log = Callable[[str], object]
 
@@ -30,13 +30,11 @@ class TaskPlan:
     do_sample: bool
     temperature: float = 1.0
     top_p: float = 1.0
-    stage: Any = None  # an SQD stage (`sqd.StageSpec`) the prompts state; None: the plain prompt
+    stage: Stage | None = None  # an SQD stage the prompts state; None: the plain prompt
 
     def user_text(self, task: Task, example: Example) -> str:
-        """The prompt's user text: the plain one, or the stage's (an open stage's is plain)."""
-        if self.stage is None or self.stage.open:
-            return task.user_text(example)
-        return task.prompt_for(example, self.stage.permitted, self.stage.forbid)
+        """The prompt's user text (`Task.stage_text`)."""
+        return task.stage_text(example, self.stage)
 
     def forbidden(self) -> list[list[str] | None]:
         """Per row, the techniques its prompt forbade (what the bench request carries)."""

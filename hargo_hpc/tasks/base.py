@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from hargo_hpc.errors import HargoError
 from hargo_hpc.tasks.settings import RewardSettings
@@ -48,6 +48,21 @@ class Example:
     output: str
     label: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Stage(Protocol):
+    """What a task needs of an SQD stage (`hargo_hpc.sqd.StageSpec`): the techniques it
+    forbids and requires, those it permits, and whether it is open (asks the plain prompt)."""
+
+    name: str
+    forbid: list[str]
+    require: list[str]
+
+    @property
+    def permitted(self) -> list[str]: ...
+
+    @property
+    def open(self) -> bool: ...
 
 
 class Task(ABC):
@@ -103,6 +118,14 @@ class Task(ABC):
         """The user text of `example` at an SQD stage that permits and forbids these
         techniques (a staged task's)."""
         raise NotImplementedError(f"task {self.name!r} is not staged")
+
+    def stage_text(self, example: Example, stage: Stage | None) -> str:
+        """The user text of `example` asked at `stage`: the plain one for None or an open
+        stage, else the stage's (`prompt_for` with what it permits and forbids). Training and
+        evaluation both ask through here, so the two prompts cannot drift apart."""
+        if stage is None or stage.open:
+            return self.user_text(example)
+        return self.prompt_for(example, stage.permitted, stage.forbid)
 
     @abstractmethod
     def extract(self, completion: str) -> str:

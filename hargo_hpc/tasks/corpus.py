@@ -16,10 +16,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Protocol
 
 from hargo_hpc.bench.techniques import TECHNIQUES
-from hargo_hpc.tasks.base import Example
+from hargo_hpc.tasks.base import Example, Stage
 from hargo_hpc.tasks.gemm import Gemm
 
 DECLARED = re.compile(r"Techniques: ([a-z, ]+)\. \*/$")
@@ -66,20 +65,6 @@ def load_corpus() -> list[CorpusKernel]:
             name, code = entry.name[:-2], entry.read_text(encoding="utf-8")
             kernels.append(CorpusKernel(name, code, declared_techniques(name, code)))
     return kernels
-
-
-class Stage(Protocol):
-    """What the corpus needs of an SQD stage (`hargo_hpc.sqd.StageSpec`)."""
-
-    name: str
-    forbid: list[str]
-    require: list[str]
-
-    @property
-    def permitted(self) -> list[str]: ...
-
-    @property
-    def open(self) -> bool: ...
 
 
 def satisfied(stages: Sequence[Stage], kernel: CorpusKernel) -> list[Stage]:

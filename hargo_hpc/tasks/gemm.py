@@ -139,6 +139,7 @@ class Gemm(Task):
     sft_corpus = "hargo_hpc.tasks.corpus:sft_examples"
     headline = ("ok_share", "reward_mean", "fast_0.5", "log2_ratio_mean", "gflops_max")
     points = ("gflops_max", "ratio_max")
+    lower_better = ("forbidden_share",)  # a stage's forbidden technique, used anyway
     form = ("compiled_share", "ok_share")  # a kernel that compiles (and passes)
     eval_samples = 4  # sampled kernels per held-out problem (a greedy one says little)
 

@@ -101,13 +101,10 @@ class RunContext:
     def prompt_of(self, example: Example, stage: StageSpec | None) -> str:
         """The templated prompt; a GEMM problem's at its SQD `stage` states its techniques (an
         open stage's is the plain prompt)."""
-        if stage is not None and stage.open:
-            stage = None
-        key = example.id if stage is None else f"{example.id}@{stage.name}"
+        key = example.id if stage is None or stage.open else f"{example.id}@{stage.name}"
         text = self.prompts.get(key)
         if text is None:
-            user = (self.user_text(example) if stage is None else
-                    self.tasks[example.task].prompt_for(example, stage.permitted, stage.forbid))
+            user = self.tasks[example.task].stage_text(example, stage)
             text = self.prompts[key] = build_prompt(user, self.prompt_format, self.tokenizer)
         return text
 

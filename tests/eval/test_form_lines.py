@@ -48,6 +48,10 @@ def test_worse_is_named_first_and_direction_follows_the_metric() -> None:
                         "mean_chars": {"value": -9.0, "low": -12.0, "high": -4.0}}}}}
     assert verdict_lines(shorter, lambda name: ("share_over_40", "mean_chars")) == [
         "better: mlperf_qa share_over_40", "down: mlperf_qa mean_chars"]
+    forbidden = {"tasks": {"gemm": {  # more kernels with a stage's forbidden technique: worse
+        "vs_baseline": {"forbidden_share": {"value": 0.07, "low": 0.02, "high": 0.12}}}}}
+    assert verdict_lines(forbidden, lambda name: ("forbidden_share",)) == [
+        "worse: gemm forbidden_share"]
 
 
 def test_a_training_value_above_the_held_out_interval_is_flagged_memorised() -> None:

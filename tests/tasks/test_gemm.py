@@ -125,6 +125,18 @@ def test_the_prompt_states_the_contract_and_the_sizes(tmp_path: Path) -> None:
     assert "Permitted" not in text and "Forbidden" not in text
 
 
+def test_a_stage_is_asked_through_one_function_an_open_one_as_the_plain_prompt() -> None:
+    from hargo_hpc.sqd import default_stages
+
+    example, task = Gemm.load_problems()[0], Gemm()
+    stages = {s.name: s for s in default_stages()}
+    assert task.stage_text(example, None) == task.user_text(example)
+    assert task.stage_text(example, stages["open"]) == task.user_text(example)
+    no_simd = task.stage_text(example, stages["no_simd"])
+    assert no_simd == task.prompt_for(example, stages["no_simd"].permitted, ["simd"])
+    assert "Forbidden techniques: simd (" in no_simd and no_simd != task.user_text(example)
+
+
 def test_the_prompt_states_an_sqd_stage() -> None:
     example = Gemm.load_problems()[0]
     text = Gemm().prompt_for(example, permitted=["omp", "tiling"], forbidden=["simd", "unroll"])
