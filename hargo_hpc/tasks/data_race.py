@@ -16,6 +16,7 @@ from hargo_hpc.tasks.qa import extract_answer
 
 LABELS = ("yes", "no")
 _WORD = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+SKILL_KEYS = ("balanced_accuracy", "majority_share", "yes_auc")
 METRIC_KEYS = ("tp", "fp", "tn", "fn", "precision", "recall", "accuracy", "specificity", "f1",
                "support_rate", "adjusted_f1")
 
@@ -26,13 +27,15 @@ def parse_yes_no(answer: str, mode: Literal["strict", "lenient"] = "strict") -> 
     strict: the whole answer, trimmed and lower-cased, is exactly `yes` or `no`: the rule
     HPC-GPT's metrics count, so a strict reward trains exactly the format the support rate
     rewards (`No.` is unparsable). lenient: the first standalone word `yes` or `no` in any case
-    (`Yes, there is a data race` -> yes; `not`, `nope`, `know` are no such word).
+    (`Yes, there is a data race` -> yes; `not`, `nope`, `know` are no such word), unless the
+    answer also holds the other word: `yes no`, `yes/no`, `no ... yes` is a hedge, unparsable
+    (it would otherwise be paid for whichever word it puts first).
     """
     text = answer.strip().lower()
     if mode == "strict":
         return text if text in LABELS else None
-    found = _WORD.search(text)
-    return found.group(1) if found else None
+    found = _WORD.findall(text)
+    return found[0] if found and len(set(found)) == 1 else None
 
 
 def _safe(num: float, den: float) -> float:
@@ -75,6 +78,39 @@ def data_race_metrics(labels: Sequence[str], predictions: Sequence[object]) -> d
         "support_rate": support,
         "adjusted_f1": support * f1,
     }
+
+
+def skill_metrics(examples: Sequence[Example], predictions: Sequence[object]) -> dict[str, Any]:
+    """What tells telling races apart from a bias towards one answer (issue W): balanced
+    accuracy = (recall + specificity) / 2 (0.5 for any constant answer); majority_share =
+    the share of the commoner label among the examples (the accuracy of always giving it);
+    yes_auc = the area under the ROC curve of p(yes), each example's share of samples
+    answering exactly `yes` (strict parse), against its label: the Mann-Whitney statistic
+    (Σ ranks of the positives − P(P + 1)/2) / (P·N) with average ranks for ties (Hanley &
+    McNeil 1982; with one sample per example it is the balanced accuracy of those answers);
+    None without both labels. Rows of one example (its samples) share its id."""
+    from scipy.stats import rankdata
+
+    labels: dict[str, str] = {}
+    yes: dict[str, list[bool]] = {}
+    for example, prediction in zip(examples, predictions, strict=True):
+        labels[example.id] = example.label
+        said = parse_yes_no(extract_answer(prediction), "strict") == "yes"
+        yes.setdefault(example.id, []).append(said)
+    counts = [sum(1 for v in labels.values() if v == label) for label in LABELS]
+    base = data_race_metrics([e.label for e in examples], predictions)
+    out: dict[str, Any] = {
+        "balanced_accuracy": (base["recall"] + base["specificity"]) / 2,
+        "majority_share": max(counts) / len(labels) if labels else 0.0,
+        "yes_auc": None,
+    }
+    if all(counts):
+        ids = list(labels)
+        ranks = rankdata([sum(yes[i]) / len(yes[i]) for i in ids])
+        positives = [r for r, i in zip(ranks, ids, strict=True) if labels[i] == "yes"]
+        p, n = counts[0], counts[1]
+        out["yes_auc"] = float((sum(positives) - p * (p + 1) / 2) / (p * n))
+    return out
 
 
 class DataRace(Task):
@@ -126,7 +162,9 @@ class DataRace(Task):
                 for e, a in zip(examples, answers, strict=True)]
 
     def metrics(self, examples: Sequence[Example], predictions: Sequence[str]) -> dict[str, Any]:
-        return data_race_metrics([e.label for e in examples], predictions)
+        """HPC-GPT's metrics (`data_race_metrics`), then `skill_metrics`."""
+        return {**data_race_metrics([e.label for e in examples], predictions),
+                **skill_metrics(examples, predictions)}
 
 
 class DataRaceC(DataRace):

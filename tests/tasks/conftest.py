@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +28,11 @@ def hpc_gpt() -> Path:
             pytest.fail(f"{message} ({REQUIRE_SHARED}=1: CI lays shared/ beside its clone)")
         pytest.skip(message)
     return HPC_GPT
+
+
+@pytest.fixture(scope="session")
+def embedding_model() -> Any:
+    """The packaged embedding model, loaded once per process (load_model caches it)."""
+    from hargo_hpc.tasks.similarity import load_model, model_path
+
+    return load_model(str(model_path()))

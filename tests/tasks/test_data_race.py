@@ -90,8 +90,10 @@ def test_rewards_on_a_real_no_record_and_a_custom_unparsable_reward(hpc_gpt: Pat
         1.0, 0.0, -1.0, 1.0]
 
 
-def test_lenient_parse_takes_the_first_standalone_word() -> None:
-    assert parse_yes_no("No, yes.", "lenient") == "no"
+def test_lenient_parse_takes_the_first_standalone_word_and_refuses_a_hedge() -> None:
+    assert parse_yes_no("No, yes.", "lenient") is None  # both words: a hedge
+    assert parse_yes_no("yes/no", "lenient") is None
+    assert parse_yes_no("No, NO.", "lenient") == "no"
     assert parse_yes_no("I know it is not racy; answer: YES", "lenient") == "yes"
     assert parse_yes_no("nope, notably", "lenient") is None
     assert parse_yes_no("'no'", "lenient") == "no"
@@ -165,3 +167,22 @@ def test_task_metrics_use_the_examples_labels() -> None:
     assert (got["tp"], got["fp"], got["precision"], got["recall"]) == (1, 1, 0.5, 1.0)
     with pytest.raises(ValueError, match="2 labels but 1 predictions"):
         task.metrics(examples, ["yes"])
+
+
+def test_skill_metrics_tell_telling_apart_from_a_bias() -> None:
+    task = DataRaceC()
+    examples = [task.from_record({"instruction": f"q{i}", "input": "", "output": o}, i)
+                for i, o in enumerate(["yes", "no", "yes", "no"])]
+    rows = [e for e in examples for _ in range(3)]  # three samples each
+    answers = ["yes", "yes", "no", "no", "no", "no", "no", "no", "no", "yes", "no", "no"]
+    got = task.metrics(rows, answers)
+    # p(yes): 2/3, 0 (no), 0 (yes), 1/3 (no); pairs (pos, neg): win, win, tie, loss: 2.5 / 4
+    assert got["yes_auc"] == pytest.approx(0.625)
+    # rows: TP 2, FN 4, TN 5, FP 1: recall 1/3, specificity 5/6
+    assert got["balanced_accuracy"] == pytest.approx((1 / 3 + 5 / 6) / 2)
+    assert got["majority_share"] == 0.5
+    always_no = task.metrics(rows, ["no"] * len(rows))
+    assert (always_no["yes_auc"], always_no["balanced_accuracy"]) == (0.5, 0.5)
+    assert always_no["accuracy"] == 0.5  # a constant answer is as good as the majority here
+    only_yes = task.metrics(examples[:1], ["yes"])
+    assert only_yes["yes_auc"] is None and only_yes["majority_share"] == 1.0

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from hargo_hpc.cli import main
-from hargo_hpc.tasks.data_race import METRIC_KEYS
+from hargo_hpc.tasks.data_race import METRIC_KEYS, SKILL_KEYS
 
 from .test_winrate import build_tiny_lm
 
@@ -47,11 +47,11 @@ def _fails(result: Result, *parts: str) -> None:
         assert part in lines[0], lines[0]
 
 
-def test_score_data_race_json_has_exactly_hpc_gpts_keys(tmp_path: Path) -> None:
+def test_score_data_race_json_has_hpc_gpts_keys_then_the_skill_keys(tmp_path: Path) -> None:
     result = _run("score", "data_race_c", _race(tmp_path), "--json")
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
-    assert tuple(got) == METRIC_KEYS
+    assert tuple(got) == METRIC_KEYS + SKILL_KEYS
     assert (got["tp"], got["fp"], got["tn"], got["fn"]) == (3, 2, 2, 1)
     # P 3/5, R 3/4, F1 2/3, support 8/10, adjusted .8 * 2/3
     assert got["f1"] == pytest.approx(2 / 3)
@@ -65,8 +65,8 @@ def test_score_prints_a_table(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("data_race_c: 10 predictions in ")
-    assert [line.split()[0] for line in lines[1:]] == list(METRIC_KEYS)
-    assert lines[-1].split() == ["adjusted_f1", "0.5333"]  # .8 * 2/3
+    assert [line.split()[0] for line in lines[1:]] == list(METRIC_KEYS + SKILL_KEYS)
+    assert lines[len(METRIC_KEYS)].split() == ["adjusted_f1", "0.5333"]  # .8 * 2/3
 
 
 def test_score_mlperf_from_jsonl(tmp_path: Path) -> None:
@@ -75,9 +75,9 @@ def test_score_mlperf_from_jsonl(tmp_path: Path) -> None:
                 "prediction": "NVIDIA NeMo Megatron"}]
     path = _write(tmp_path / "p.jsonl", records, jsonl=True)
     got = json.loads(_run("score", "mlperf_qa", path, "--json").stdout)
-    # EM (1 + 0) / 2; F1 (1 + .75) / 2; lengths (3 + 20) / 2
+    # EM (1 + 0) / 2; F1 (1 + .75) / 2; lengths (3 + 20) / 2, the references' (3 + 34) / 2
     assert got == {"n": 2, "exact_match": 0.5, "f1": 0.875, "mean_chars": 11.5,
-                   "share_over_40": 0.0}
+                   "reference_chars": 18.5, "share_over_40": 0.0}
 
 
 def test_score_plp_with_the_embedding_model(tmp_path: Path) -> None:

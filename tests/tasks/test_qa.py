@@ -24,15 +24,8 @@ from hargo_hpc.tasks.qa import (
     token_f1,
 )
 from hargo_hpc.tasks.settings import RewardSettings
-from hargo_hpc.tasks.similarity import load_model, model_path
 
 JUNK = "".join(random.Random(3).choice("xyz 896\x00\udc80漢\n") for _ in range(100_000))
-
-
-@pytest.fixture(scope="session")
-def embedding_model() -> Any:
-    """The packaged embedding model, loaded once per process (load_model caches it)."""
-    return load_model(str(model_path()))
 
 
 def _records(hpc_gpt: Path, name: str, count: int = 3) -> list[dict[str, str]]:
@@ -91,19 +84,24 @@ def test_mlperf_rewards_of_hand_written_completions(hpc_gpt: Path) -> None:
     assert exact.reward([example] * 3, ["The 896.", "896 processors", " 896 "]) == [1.0, 0.0, 1.0]
 
 
-def test_mlperf_similarity_metric_times_the_brevity_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mlperf_similarity_metric_beyond_the_question_times_the_brevity_factor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     task = MlperfQA(RewardSettings(qa_metric="similarity"))
     seen: list[tuple[list[str], list[str]]] = []
 
     def double(answers: list[str], references: list[str]) -> list[float]:
         seen.append((list(answers), list(references)))
-        return [0.9] * len(answers)
+        return [0.5 if a == "q" else 0.9 for a in answers]  # the question's own: 0.5
 
     monkeypatch.setattr(task, "_similarity", double)
     example = task.from_record({"instruction": "q", "input": "", "output": "896"}, 0)
-    answer = "8" * 60  # 60 chars over L = 40: factor 1 - .2 * 20/40 = .9
-    assert task.reward([example], [answer + "\n### Instruction: more"]) == [pytest.approx(0.81)]
-    assert seen == [([answer], ["896"])]  # the similarity sees the extracted answer
+    answer = "it lists eight hundred and ninety six processors in the table"
+    assert len(answer) == 61  # 61 chars over L = 40: factor 1 - .2 * 21/40 = .895
+    # (0.9 - 0.5) / (1 - 0.5) = 0.8, times 0.895
+    assert task.reward([example], [answer + "\n### Instruction: more"]) == [
+        pytest.approx(0.8 * 0.895)]
+    assert seen == [([answer], ["896"]), (["q"], ["896"])]  # the extracted answer; the question
+    assert task.reward([example], ["8" * 60]) == [0.0]  # repeats itself: no similarity paid
 
 
 @settings(max_examples=200, deadline=None)
@@ -124,7 +122,8 @@ def test_mlperf_metrics_by_hand() -> None:
     got = mlperf_metrics(references, predictions)
     # EM 1, 0, 0; F1 1, .75, 0; lengths 3, 20, 41; one answer over 40
     assert got == {"n": 3, "exact_match": pytest.approx(1 / 3), "f1": pytest.approx(1.75 / 3),
-                   "mean_chars": pytest.approx(64 / 3), "share_over_40": pytest.approx(1 / 3)}
+                   "mean_chars": pytest.approx(64 / 3), "reference_chars": pytest.approx(38 / 3),
+                   "share_over_40": pytest.approx(1 / 3)}
     assert mlperf_metrics([], [])["f1"] == 0.0
     task = MlperfQA()
     examples = [task.from_record({"instruction": "q", "output": r}, i)
@@ -147,7 +146,8 @@ def test_plp_metrics_with_a_scorer_double() -> None:
         return [0.5, 1.0]
 
     got = plp_metrics(["r1", "r2"], ["abcd\n### Instruction:", "ab"], scorer)
-    assert got == {"n": 2, "similarity": 0.75, "mean_chars": 3.0}  # (.5 + 1) / 2; (4 + 2) / 2
+    # (.5 + 1) / 2; neither repeats itself; (4 + 2) / 2
+    assert got == {"n": 2, "similarity": 0.75, "degenerate_share": 0.0, "mean_chars": 3.0}
     assert seen == [["abcd", "ab"]]
 
 
