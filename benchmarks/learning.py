@@ -18,10 +18,13 @@ answers are computed once and shared), against the warm start on the same exampl
          problem; the ok-and-on-stage share under the stage prompts (each paired per seed on
          the problems, pooled over the seeds); the best GFLOPS per problem (maxima: a
          point); compile errors and format violations over the last fifth of training.
-  text   SmolLM2-135M-Instruct on the HPC-GPT text mix (data race C, MLPerf QA, PLP QA from
-         `--data`, default ../shared/data/hpc-gpt; the project's samples when absent, whose
-         held-out splits are small); methods HARGO and GRPO. Held-out metrics: mean reward,
-         data-race support and F1, MLPerf share over 40 characters and F1, PLP similarity.
+  text   SmolLM2-135M-Instruct (or `--model tiny`, the project's tiny model at a budget
+         cheap enough for five seeds) on the HPC-GPT text mix (data race C, MLPerf QA, PLP QA
+         from `--data`, default ../shared/data/hpc-gpt; the project's samples when absent,
+         whose held-out splits are small); methods HARGO and GRPO (tiny: also HARGO without
+         either signal). Held-out metrics: mean reward, data-race support, F1, accuracy,
+         balanced accuracy and AUC of p(yes), MLPerf share over 40 characters, F1 and mean
+         length, PLP similarity, degenerate share and mean length.
 
 Printed per method and seed: each task's metrics at the start (the SFT model) and the end,
 the paired change with its 95 % interval (examples resampled, a GEMM problem's kernels
@@ -54,9 +57,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 REPO = Path(__file__).resolve().parents[1]
 METRICS = {
     "gemm": ("ok_share", "compiled_share", "reward_mean", "fast_0.5", "log2_ratio_mean"),
-    "data_race_c": ("reward_mean", "support_rate", "f1", "accuracy"),
-    "mlperf_qa": ("reward_mean", "share_over_40", "f1"),
-    "plp_qa": ("reward_mean", "similarity", "mean_chars"),
+    "data_race_c": ("reward_mean", "support_rate", "f1", "accuracy", "balanced_accuracy",
+                    "yes_auc"),
+    "mlperf_qa": ("reward_mean", "share_over_40", "f1", "mean_chars"),
+    "plp_qa": ("reward_mean", "similarity", "degenerate_share", "mean_chars"),
 }
 # under a stage prompt (the held-out GEMM problems asked at an SQD stage)
 STAGE_METRICS = ("ok_share", "compiled_share", "forbidden_share", "on_stage_share")
@@ -91,7 +95,7 @@ def suite_config(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         if args.max_items:
             spec["max_items"] = args.max_items
         tasks.append(spec)
-    return {**common, "model": {"path": "smollm2", "max_prompt_tokens": 512},
+    return {**common, "model": {"path": args.model, "max_prompt_tokens": 512},
             "data": {"tasks": tasks, "split_seed": 0}}
 
 
@@ -185,16 +189,18 @@ def seed_pooled(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]] | Non
             "b": {k: mean(b_values, k) for k in keys}}
 
 
-def pooled_text(found: dict[str, Any], key: str) -> str:
+def pooled_text(found: dict[str, Any], key: str, task: str) -> str:
     """`0.198 -> 0.640: per seed +0.41 [+0.30, +0.52] *, ...; pooled +0.44 [+0.35, +0.52]
     (3 seeds): better`."""
+    from hargo_hpc.eval.summary import direction
+
     pooled = found["changes"][key]
     seeds = ", ".join(i.change_text("+.3f") for i in pooled.per_seed)
     text = (f"{key} {value_text(found['a'][key])} -> {value_text(found['b'][key])}: per seed "
             f"{seeds}")
     if pooled.pooled is not None:
         text += f"; pooled {pooled.pooled.change_text('+.3f')} ({pooled.seeds} seeds)"
-    return f"{text}: {pooled.verdict()}"
+    return f"{text}: {pooled.verdict(direction(task, key))}"
 
 
 # ---------------------------------------------------------------- issue V's gates (gemm)
@@ -337,9 +343,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("suite", nargs="?", default="gemm", choices=["gemm", "text"],
                         help="default gemm (what `make benchmarks` runs)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--model", choices=["smollm2", "tiny"], default="smollm2",
+                        help="text: SmolLM2-135M-Instruct, or the project's tiny model at a "
+                        "budget cheap enough for five seeds (gemm: always tiny)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="default 0 1 2; 0 1 2 3 4 for text --model tiny")
     parser.add_argument("--methods", nargs="+", default=None,
-                        help="default: grpo sqd sqd_nobonus (gemm), grpo hargo (text)")
+                        help="default: grpo sqd sqd_nobonus (gemm); grpo hargo (text); grpo "
+                        "hargo hargo_no_discrimination hargo_no_confidence (text --model tiny)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per RL step")
     parser.add_argument("--G", type=int, default=None, help="completions per prompt")
@@ -360,11 +371,22 @@ def parse_args() -> argparse.Namespace:
                         help="keep the runs in this directory (default: a temporary one)")
     args = parser.parse_args()
     gemm = args.suite == "gemm"
-    defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"] if gemm else ["grpo", "hargo"],
-                "steps": 40 if gemm else 20, "G": 8 if gemm else 4, "micro": 8 if gemm else 4,
-                "lr": 2e-4 if gemm else 1e-5, "temperature": 0.7 if gemm else 1.0,
-                "max_new_tokens": 320 if gemm else 96, "sft_steps": 600 if gemm else 40,
-                "sft_lr": 3e-3 if gemm else 3e-5, "eval_fraction": 0.25 if gemm else 0.12}
+    if gemm:
+        args.model = "tiny"
+        defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"], "steps": 40, "G": 8, "micro": 8,
+                    "lr": 2e-4, "temperature": 0.7, "max_new_tokens": 320, "sft_steps": 600,
+                    "sft_lr": 3e-3, "eval_fraction": 0.25}
+    elif args.model == "tiny":  # issue W's cheap run: about 3.5 min a run here
+        defaults = {"methods": ["grpo", "hargo", "hargo_no_discrimination",
+                                "hargo_no_confidence"], "seeds": [0, 1, 2, 3, 4],
+                    "steps": 240, "G": 16, "micro": 16, "lr": 1e-3, "temperature": 1.0,
+                    "max_new_tokens": 96, "sft_steps": 150, "sft_lr": 3e-3,
+                    "eval_fraction": 0.12}
+    else:
+        defaults = {"methods": ["grpo", "hargo"], "steps": 20, "G": 4, "micro": 4, "lr": 1e-5,
+                    "temperature": 1.0, "max_new_tokens": 96, "sft_steps": 40, "sft_lr": 3e-5,
+                    "eval_fraction": 0.12}
+    defaults.setdefault("seeds", [0, 1, 2])
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -411,7 +433,7 @@ def main() -> int:
             for name in tasks:
                 found = seed_pooled(runs, None, name)
                 for key in found["changes"]:
-                    print(f"  {method} {name}: {pooled_text(found, key)}")
+                    print(f"  {method} {name}: {pooled_text(found, key, name)}")
         first = args.methods[0]
         for second in args.methods[1:]:
             print(f"\n{second} - {first}, each seed's runs paired on the same examples, "
@@ -419,7 +441,7 @@ def main() -> int:
             for name in tasks:
                 found = seed_pooled(results[first], results[second], name)
                 for key in found["changes"]:
-                    print(f"  {name}: {pooled_text(found, key)}")
+                    print(f"  {name}: {pooled_text(found, key, name)}")
         if "grpo" in results and set(results) & set(SQD_METHODS):
             sqd_gates(results)
     print(f"\n{time.strftime('%Y-%m-%d')}: total {time.perf_counter() - started:.0f} s; "

@@ -141,21 +141,25 @@ class SeedPooled:
     def seeds(self) -> int:
         return len(self.per_seed)
 
-    def verdict(self) -> str:
-        """"better" / "worse" when the pooled interval excludes 0 (above / below), "no change
-        shown" when it does not; with too few seeds to pool, "better in k of S seeds" style
-        text from the per-seed intervals ("no change shown" when no seed's excludes 0)."""
+    def verdict(self, direction: str = "higher") -> str:
+        """"better" / "worse" when the pooled interval excludes 0, in the metric's good
+        `direction` ("higher"; "lower" for a share of failures; "none" for a length, which
+        says "up" / "down"), "no change shown" when it does not; with too few seeds to pool,
+        "better in k of S seeds" style text from the per-seed intervals ("no change shown"
+        when no seed's excludes 0)."""
+        rise, fall = {"higher": ("better", "worse"), "lower": ("worse", "better"),
+                      "none": ("up", "down")}[direction]
         if self.pooled is not None:
             if self.pooled.low > 0:
-                return "better"
+                return rise
             if self.pooled.high < 0:
-                return "worse"
+                return fall
             return "no change shown"
         up = sum(1 for i in self.per_seed if i.low > 0)
         down = sum(1 for i in self.per_seed if i.high < 0)
         if not up and not down:
             return "no change shown"
-        parts = [f"better in {up}" if up else "", f"worse in {down}" if down else ""]
+        parts = [f"{rise} in {up}" if up else "", f"{fall} in {down}" if down else ""]
         return f"{' and '.join(p for p in parts if p)} of {self.seeds} seeds (too few to pool)"
 
     def to_json(self) -> dict[str, Any]:

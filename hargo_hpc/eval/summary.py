@@ -30,6 +30,14 @@ def _task_set(name: str, attribute: str) -> tuple[str, ...]:
         return ()
 
 
+def direction(task: str, key: str) -> str:
+    """The good direction of a task's metric: "higher", "lower" (the task's `lower_better`)
+    or "none" (its `undirected`: a length)."""
+    if key in _task_set(task, "undirected"):
+        return "none"
+    return "lower" if key in _task_set(task, "lower_better") else "higher"
+
+
 def verdict(task: str, key: str, change: dict[str, Any] | None) -> str | None:
     """`better` / `worse` when the change's 95 % interval excludes 0, in the metric's good
     direction (higher, or lower for the task's `lower_better`; a metric with no good direction,
@@ -40,12 +48,10 @@ def verdict(task: str, key: str, change: dict[str, Any] | None) -> str | None:
     low, high = change["low"], change["high"]
     if low <= 0 <= high:
         return NO_CHANGE
-    rose = low > 0
-    if key in _task_set(task, "undirected"):
+    rose, good = low > 0, direction(task, key)
+    if good == "none":
         return UP if rose else DOWN
-    if key in _task_set(task, "lower_better"):
-        rose = not rose
-    return BETTER if rose else WORSE
+    return BETTER if rose == (good == "higher") else WORSE
 
 
 def _num(value: Any) -> str:

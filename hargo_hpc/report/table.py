@@ -119,6 +119,19 @@ class Column:
     description: str
     point: bool = False
 
+    def direction(self) -> str:
+        """The metric's good direction for a verdict: "lower" for its task's `lower_better`
+        (e.g. MLPerf's share over 40 characters), "none" for its `undirected`, else
+        "higher"."""
+        from hargo_hpc.tasks.registry import task_class
+
+        if self.task is None:
+            return "higher"
+        task = task_class(self.task)
+        key = self.source[-1]
+        return ("none" if key in task.undirected else
+                "lower" if key in task.lower_better else "higher")
+
     def display(self, value: float | None) -> float | None:
         """The value in the table's unit, rounded; None (and NaN, infinities) give None."""
         if value is None or not math.isfinite(value):
@@ -150,12 +163,12 @@ class Column:
         each = ", ".join(f"s{'?' if s is None else s} {self.number_text(i.value, True)}"
                          for s, i in zip(seeds, found.per_seed, strict=True))
         if found.pooled is None:
-            return f"{each}: {found.verdict()}"
+            return f"{each}: {found.verdict(self.direction())}"
         sizes = {i.n for i in found.per_seed}
         of = f" of n={sizes.pop()}" if len(sizes) == 1 else ""
         pooled = self.text(found.pooled.value, (found.pooled.low, found.pooled.high),
                            signed=True, size=f"{found.seeds} seeds{of}")
-        return f"{pooled}; {each}: {found.verdict()}"
+        return f"{pooled}; {each}: {found.verdict(self.direction())}"
 
 
 def _pct(key: str, header: str, task: str | None, source: tuple[str, ...], what: str) -> Column:
@@ -776,7 +789,7 @@ def _pooled_dict(columns: Sequence[Column], pooled: PooledRow) -> dict[str, Any]
                       "pooled": None if whole is None else {
                           "value": c.display(whole.value),
                           "interval": [c.display(whole.low), c.display(whole.high)]},
-                      "verdict": found.verdict()}
+                      "verdict": found.verdict(c.direction())}
     return out
 
 

@@ -99,6 +99,8 @@ def test_pooling_over_seeds_counts_the_run_to_run_spread() -> None:
     assert found.pooled.low < 0.15 and found.pooled.high > 0.25  # the seeds' spread shows
     assert found.pooled.low >= 0.1 - 1e-12 and found.pooled.high <= 0.3 + 1e-12
     assert found.verdict() == "better"
+    # a rise of a share of failures is worse; of a length, only up
+    assert (found.verdict("lower"), found.verdict("none")) == ("worse", "up")
     # t interval by hand: mean 0.2, sd 0.1, t(2, 0.975) = 4.303: 0.2 ± 0.248
     assert found.t is not None
     assert found.t.low == pytest.approx(0.2 - 4.3027 * 0.1 / math.sqrt(3), abs=1e-3)
@@ -122,6 +124,7 @@ def test_too_few_seeds_are_stated_per_seed() -> None:
     found = over_seeds([(mean_metric([0.3, 0.1] * 20), 40), (mean_metric([0.1, -0.1] * 20), 40)])
     assert found.pooled is None and found.seeds == 2
     assert found.verdict() == "better in 1 of 2 seeds (too few to pool)"
+    assert found.verdict("lower") == "worse in 1 of 2 seeds (too few to pool)"
     assert found.to_json()["pooled"] is None
 
 

@@ -502,3 +502,15 @@ def test_a_sweep_pools_each_method_over_its_seeds(tmp_path: Path) -> None:
     found = {p["method"]: p for p in data["pooled_vs_baseline"]}
     assert found["hargo"]["race_c_adj_f1"]["pooled"]["value"] is not None
     assert found["grpo"]["seeds"] == [0, 1] and found["grpo"]["race_c_f1"]["pooled"] is None
+
+
+def test_a_columns_verdict_follows_its_metrics_good_direction() -> None:
+    from hargo_hpc.eval.intervals import mean_metric, over_seeds
+    from hargo_hpc.report.table import COLUMNS
+
+    by_key = {c.key: c for c in COLUMNS}
+    assert by_key["mlperf_over_40"].direction() == "lower"  # shorter answers are the aim
+    assert by_key["mlperf_f1"].direction() == by_key["winrate"].direction() == "higher"
+    rose = over_seeds([(mean_metric([c] * 30), 30) for c in (0.1, 0.2, 0.3)])
+    assert by_key["mlperf_over_40"].pooled_text(rose, [0, 1, 2]).endswith(": worse")
+    assert by_key["mlperf_f1"].pooled_text(rose, [0, 1, 2]).endswith(": better")
