@@ -182,8 +182,9 @@ class _QATask(Task):
         repeats itself (`shape.degenerate`), else `shape.rescaled(cos(s, reference),
         cos(question, reference))` with s the answer's first sentence (`shape.first_sentence`:
         the tasks ask for one), so echoing the question earns 0 and neither repetition nor
-        sentences appended earn anything. Each (answer, question, reference) is scored once
-        per task instance (or taken from `remember_rewards`)."""
+        sentences appended earn anything. `rewards.similarity_baseline = "none"` drops the
+        question's part (b = 0): the plain cosine, for ablations. Each (answer, question,
+        reference) is scored once per task instance (or taken from `remember_rewards`)."""
         memory: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_rewards", {})
         keys = [(a, self.user_text(e), e.output) for a, e in zip(answers, examples, strict=True)]
         missing = list(dict.fromkeys(k for k in keys if k not in memory))
@@ -192,7 +193,10 @@ class _QATask(Task):
                 memory.clear()
             references = [r for _, _, r in missing]
             scores = self._similarity([first_sentence(a) for a, _, _ in missing], references)
-            baselines = self._similarity([q for _, q, _ in missing], references)
+            baselines = (self._similarity([q for _, q, _ in missing], references)
+                         if self.rewards.similarity_baseline == "question" else [])
+            if self.rewards.similarity_baseline == "none":
+                baselines = [0.0] * len(missing)
             for key, score, baseline in zip(missing, scores, baselines, strict=True):
                 memory[key] = 0.0 if degenerate(key[0]) else rescaled(score, baseline)
         return [memory[k] for k in keys]

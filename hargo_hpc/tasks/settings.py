@@ -33,6 +33,12 @@ class RewardSettings(BaseModel):
     brevity_weight: float = Field(
         0.2, ge=0, le=1, description="MLPerf QA: the most the brevity term can take off"
     )
+    similarity_baseline: Literal["question", "none"] = Field(
+        "question",
+        description="PLP (and MLPerf's similarity metric): question = pay only the similarity "
+        "beyond the question's own, so an echo earns 0; none = the plain cosine (echoing pays: "
+        "for ablations and for tests of the loop, which need contrast from an untrained model)",
+    )
     similarity_model: str = Field(
         "", description="sentence-embedding model directory; '' = the packaged all-MiniLM-L6-v2"
     )

@@ -161,7 +161,10 @@ def test_the_empty_calls_time_appears_in_the_record(paired, cache_dir, run_tmp) 
         assert 0 < value < 5000  # positive and small: microseconds, not the call itself
     # an empty call costs less than any call of naive at 128^3 (about 2 ms here): no gemm in it
     assert max(ts["empty"]) < min(ts["all"]) / 4, (ts["empty"], ts["all"])
-    assert max(ts["reference_empty"]) < min(ts["reference"]), ts
+    # the reference's empty call wakes its thread team, which at 128^3 costs a good part of a
+    # call (one run: 0.09-0.23 ms against 0.21-0.38 ms): medians, with room, not max < min
+    # (which failed once in a full suite)
+    assert statistics.median(ts["reference_empty"]) < statistics.median(ts["reference"]) / 1.5, ts
 
 
 # ------------------------------------------------------------------ calibration's roof

@@ -34,11 +34,14 @@ HARGO = str(Path(sys.executable).parent / "hargo")
 
 
 def make_config(tmp_path: Path, name: str = "t", **sections: dict[str, Any]) -> ExperimentConfig:
-    """A small run: plp_qa (continuous similarity rewards: every group has contrast, so DPO has
-    pairs and dynamic sampling keeps groups), 2 prompts x G 4, 12 new tokens."""
+    """A small run: plp_qa with the plain cosine as its reward (`similarity_baseline =
+    "none"`: continuous, so every group of the untrained model has contrast, DPO has pairs and
+    dynamic sampling keeps groups; the default pays it nothing beyond the question), 2 prompts
+    x G 4, 12 new tokens."""
     raw: dict[str, Any] = {
         "run": {"name": name, "dir": str(tmp_path), "seed": 0},
         "model": {"path": "tiny"},
+        "rewards": {"similarity_baseline": "none"},
         "data": {"tasks": [{"name": "plp_qa", "max_items": 12}], "eval_fraction": 0.0},
         "rollout": {"num_generations": 4, "prompts_per_step": 2, "max_new_tokens": 12},
         "training": {"lr": 1e-3, "steps": 2, "micro_batch_size": 4, "zero_stage": 2},
@@ -81,7 +84,8 @@ def test_two_steps_of_every_preset(tmp_path: Path, name: str) -> None:
         assert record["optimizer_steps"] == record["step"]  # 8 rows, accum 2: one per step
         for key in ("count", "reward_mean", "completion_length"):
             assert record[f"tasks/plp_qa/{key}"] is not None
-        assert record["tasks/plp_qa/similarity"] == pytest.approx(record["reward"])
+        assert record["tasks/plp_qa/reward_mean"] == pytest.approx(record["reward"])
+        assert 0.0 <= record["tasks/plp_qa/similarity"] <= 1.0  # the metric: the raw cosine
     algorithm = PRESETS[name]
     last = records[-1]
     assert (last["kl"] is not None) == (algorithm.needs_reference and algorithm.loss in
@@ -226,8 +230,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, changes: dict,
 
 def _job(tmp_path: Path, name: str) -> Path:
     """8 steps of 2 prompts over a 5-prompt training split: the sampler's epochs end at draws
-    5, 10, 15 (steps 3, 5, 8); checkpoints every 2 steps. plp_qa: similarity rewards differ
-    within a group, so every step moves the weights and the optimizer state."""
+    5, 10, 15 (steps 3, 5, 8); checkpoints every 2 steps. plp_qa with the plain cosine as its
+    reward (`similarity_baseline = "none"`): rewards differ within a group, so every step
+    moves the weights and the optimizer state."""
     job = tmp_path / f"{name}.toml"
     job.write_text(f"""
 [run]
@@ -240,6 +245,8 @@ name = "plp_qa"
 max_items = 5
 [data]
 eval_fraction = 0.0
+[rewards]
+similarity_baseline = "none"
 [algorithm]
 name = "grpo"
 [rollout]

@@ -60,13 +60,15 @@ def test_text_tasks_are_batched_per_task_and_put_back_in_order(monkeypatch) -> N
         (races[yes[0]], "Yes, there is a data race on `sum`."),  # correct: 1
         (answers["mlperf_qa:0"], "PyTorch"),  # F1 1, short: 1
         (races[no], "yes"),  # wrong: 0
-        (answers["mlperf_qa:1"], "Example Lab North"),  # 2 of 3 tokens both ways: F1 2/3
+        # 2 of 3 tokens both ways: F1 2/3; 1 of 2 bigrams: 1/2; their mean 7/12
+        (answers["mlperf_qa:1"], "Example Lab North"),
         (races[yes[1]], "I cannot tell."),  # no yes/no word: unparsable -0.5
-        # 7 tokens after 'the' goes, 3 of them the reference's 3: P 3/7, R 1, F1 0.6; 46
-        # characters, 6 over the limit of 40: brevity 1 - 0.2 * 6/40 = 0.97
+        # 7 tokens after 'the' goes, 3 of them the reference's 3: P 3/7, R 1, F1 0.6; 2 of its
+        # 6 bigrams the reference's 2: F1 0.5; mean 0.55; 46 characters, 6 over the limit of
+        # 40: brevity 1 - 0.2 * 6/40 = 0.97 (the questions share no token with the references)
         (answers["mlperf_qa:2"], "The system was submitted by Fictional Cloud Co"),
     ]
-    expected = [1.0, 1.0, 0.0, 2 / 3, -0.5, 0.6 * 0.97]
+    expected = [1.0, 1.0, 0.0, 7 / 12, -0.5, 0.55 * 0.97]
     calls: list[tuple[str, list[str]]] = []
     for task in (race, qa):
         original = task.reward
