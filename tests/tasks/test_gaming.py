@@ -87,3 +87,13 @@ def test_mlperf_attacks_earn_no_more_than_an_honest_wrong_answer() -> None:
 
 def test_plp_attacks_earn_no_more_than_an_honest_wrong_answer(embedding_model: Any) -> None:
     _check_qa(PlpQA(), "plp_qa")
+
+
+def test_the_ablation_without_the_question_baseline_pays_an_echo(embedding_model: Any) -> None:
+    """`rewards.similarity_baseline = "none"` (the plain cosine) is what the default guards
+    against: the question echoed outscores the honest wrong answer there, and earns 0 here."""
+    plain, default = PlpQA(RewardSettings(similarity_baseline="none")), PlpQA()
+    example, wrong, attacks = _qa_cases(default, "plp_qa")[1]  # false sharing
+    echo, honest = plain.reward([example] * 2, [attacks["echo"], wrong])
+    assert echo > honest > 0
+    assert default.reward([example], [attacks["echo"]]) == [0.0]
