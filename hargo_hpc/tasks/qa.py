@@ -194,9 +194,8 @@ class _QATask(Task):
             references = [r for _, _, r in missing]
             scores = self._similarity([first_sentence(a) for a, _, _ in missing], references)
             baselines = (self._similarity([q for _, q, _ in missing], references)
-                         if self.rewards.similarity_baseline == "question" else [])
-            if self.rewards.similarity_baseline == "none":
-                baselines = [0.0] * len(missing)
+                         if self.rewards.similarity_baseline == "question"
+                         else [0.0] * len(missing))
             for key, score, baseline in zip(missing, scores, baselines, strict=True):
                 memory[key] = 0.0 if degenerate(key[0]) else rescaled(score, baseline)
         return [memory[k] for k in keys]
