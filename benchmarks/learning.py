@@ -195,11 +195,10 @@ def pooled_text(found: dict[str, Any], key: str, task: str) -> str:
     from hargo_hpc.eval.summary import direction
 
     pooled = found["changes"][key]
-    seeds = ", ".join(i.change_text("+.3f") for i in pooled.per_seed)
-    text = (f"{key} {value_text(found['a'][key])} -> {value_text(found['b'][key])}: per seed "
-            f"{seeds}")
+    text = (f"{key} {value_text(found['a'][key])} -> {value_text(found['b'][key])}: "
+            f"{pooled_line(pooled)}")
     if pooled.pooled is not None:
-        text += f"; pooled {pooled.pooled.change_text('+.3f')} ({pooled.seeds} seeds)"
+        text += f" ({pooled.seeds} seeds)"
     return f"{text}: {pooled.verdict(direction(task, key))}"
 
 

@@ -80,7 +80,8 @@ def data_race_metrics(labels: Sequence[str], predictions: Sequence[object]) -> d
     }
 
 
-def skill_metrics(examples: Sequence[Example], predictions: Sequence[object]) -> dict[str, Any]:
+def skill_metrics(examples: Sequence[Example], predictions: Sequence[object],
+                  base: dict[str, Any] | None = None) -> dict[str, Any]:
     """What tells telling races apart from a bias towards one answer (issue W): balanced
     accuracy = (recall + specificity) / 2 (0.5 for any constant answer); majority_share =
     the share of the commoner label among the examples (the accuracy of always giving it);
@@ -88,7 +89,8 @@ def skill_metrics(examples: Sequence[Example], predictions: Sequence[object]) ->
     answering exactly `yes` (strict parse), against its label: the Mann-Whitney statistic
     (Σ ranks of the positives − P(P + 1)/2) / (P·N) with average ranks for ties (Hanley &
     McNeil 1982; with one sample per example it is the balanced accuracy of those answers);
-    None without both labels. Rows of one example (its samples) share its id."""
+    None without both labels. Rows of one example (its samples) share its id. `base`: the
+    same rows' `data_race_metrics` when the caller has them (else computed here)."""
     from scipy.stats import rankdata
 
     labels: dict[str, str] = {}
@@ -98,7 +100,8 @@ def skill_metrics(examples: Sequence[Example], predictions: Sequence[object]) ->
         said = parse_yes_no(extract_answer(prediction), "strict") == "yes"
         yes.setdefault(example.id, []).append(said)
     counts = [sum(1 for v in labels.values() if v == label) for label in LABELS]
-    base = data_race_metrics([e.label for e in examples], predictions)
+    if base is None:
+        base = data_race_metrics([e.label for e in examples], predictions)
     out: dict[str, Any] = {
         "balanced_accuracy": (base["recall"] + base["specificity"]) / 2,
         "majority_share": max(counts) / len(labels) if labels else 0.0,
@@ -163,8 +166,8 @@ class DataRace(Task):
 
     def metrics(self, examples: Sequence[Example], predictions: Sequence[str]) -> dict[str, Any]:
         """HPC-GPT's metrics (`data_race_metrics`), then `skill_metrics`."""
-        return {**data_race_metrics([e.label for e in examples], predictions),
-                **skill_metrics(examples, predictions)}
+        base = data_race_metrics([e.label for e in examples], predictions)
+        return {**base, **skill_metrics(examples, predictions, base)}
 
 
 class DataRaceC(DataRace):
