@@ -71,6 +71,8 @@ HPCGPT_FILES = {"data_race_c": "task2_c_c++.json", "mlperf_qa": "task1_ml_perf.j
 # GRPO with SQD, and SQD without the archive's part of the reward (the ablation of issue V)
 SQD_METHODS = {"sqd": {"enabled": True},
                "sqd_nobonus": {"enabled": True, "bonus": 0.0, "novelty": 0.0}}
+# methods that are a preset with settings: GRPO with DAPO's dynamic sampling and refill
+VARIANTS = {"grpo_refill": {"name": "grpo", "dynamic_sampling": True, "refill_rounds": 4}}
 
 def suite_config(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The experiment every run of the suite shares (the SFT's, before a method is set)."""
@@ -122,7 +124,8 @@ def rl_run(root: Path, args: argparse.Namespace, start: Path, method: str,
     raw = suite_config(root, args)
     raw["run"] = {**raw["run"], "name": f"{method}-s{seed}", "seed": seed}
     raw["model"] = {**raw["model"], "path": str(start)}
-    raw["algorithm"] = {"name": "grpo" if method in SQD_METHODS else method}
+    raw["algorithm"] = VARIANTS.get(method, {"name": "grpo" if method in SQD_METHODS
+                                             else method})
     raw["sft"] = {"steps": 0}
     if method in SQD_METHODS:
         raw["sqd"] = SQD_METHODS[method]
@@ -200,6 +203,29 @@ def pooled_text(found: dict[str, Any], key: str, task: str) -> str:
     if pooled.pooled is not None:
         text += f" ({pooled.seeds} seeds)"
     return f"{text}: {pooled.verdict(direction(task, key))}"
+
+
+def weight_shares(results: dict[str, list[dict[str, Any]]]) -> None:
+    """Per method with a weighting and task: its share of Σ|w·A| (`tasks/<task>/weight_share`)
+    against its share of Σ|A| (what w = 1 would give it), over the first and the last fifth
+    of the steps, averaged over the seeds (`train.metrics.mix_summary`)."""
+    from hargo_hpc.train.metrics import mix_summary
+
+    print("\nshare of sum |w A| per task (sum |A| in brackets, w = 1), first -> last fifth of "
+          "the steps, mean over the seeds:")
+    for method, runs in results.items():
+        parts = []
+        for run in runs:
+            fifth = max(1, len(run["steps"]) // 5)
+            parts.append((mix_summary(run["steps"][:fifth]), mix_summary(run["steps"][-fifth:])))
+        for name in sorted({n for first, _ in parts for n in first}):
+            pairs = [[(p.get(name) or {}).get(k) for p in part for k in ("weight_share",
+                                                                           "adv_share")]
+                     for part in parts]
+            if any(None in pair for pair in pairs):
+                continue  # no weighting (w = 1), or the task not drawn in a fifth
+            w0, a0, w1, a1 = (sum(col) / len(pairs) for col in zip(*pairs, strict=True))
+            print(f"  {method} {name}: {w0:.3f} ({a0:.3f}) -> {w1:.3f} ({a1:.3f})")
 
 
 # ---------------------------------------------------------------- issue V's gates (gemm)
@@ -349,7 +375,9 @@ def parse_args() -> argparse.Namespace:
                         help="default 0 1 2; 0 1 2 3 4 for text --model tiny")
     parser.add_argument("--methods", nargs="+", default=None,
                         help="default: grpo sqd sqd_nobonus (gemm); grpo hargo (text); grpo "
-                        "hargo hargo_no_discrimination hargo_no_confidence (text --model tiny)")
+                        "hargo hargo_no_discrimination hargo_no_confidence (text --model tiny); "
+                        "any preset, or grpo_refill (GRPO with DAPO's dynamic sampling, up to "
+                        "4 generation rounds a step)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per RL step")
     parser.add_argument("--G", type=int, default=None, help="completions per prompt")
@@ -401,6 +429,7 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     from hargo_hpc.eval.summary import change_lines
+    from hargo_hpc.train.metrics import mix_lines, mix_summary
 
     hf_logging.disable_progress_bar()
     started = time.perf_counter()
@@ -422,6 +451,9 @@ def main() -> int:
                     for line in change_lines(metrics, lambda _: STAGE_METRICS,
                                              prefix=f"{method} s{seed} @{stage}  "):
                         print(line, flush=True)
+                if args.suite == "text":  # which task had a say in the updates, and HARGO's
+                    for line in mix_lines(mix_summary(run["steps"]), len(run["steps"])):
+                        print(f"{method} s{seed}  {line}", flush=True)
                 print(f"{method} s{seed}: train reward {curve_text(run['curve'])}; train "
                       f"{run['train_s']:.0f} s, eval {run['eval_s']:.0f} s", flush=True)
         tasks = list(results[args.methods[0]][0]["metrics"]["tasks"])
@@ -441,6 +473,8 @@ def main() -> int:
                 found = seed_pooled(results[first], results[second], name)
                 for key in found["changes"]:
                     print(f"  {name}: {pooled_text(found, key, name)}")
+        if args.suite == "text":
+            weight_shares(results)
         if "grpo" in results and set(results) & set(SQD_METHODS):
             sqd_gates(results)
     print(f"\n{time.strftime('%Y-%m-%d')}: total {time.perf_counter() - started:.0f} s; "

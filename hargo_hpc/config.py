@@ -164,6 +164,10 @@ class AlgorithmSection(_Section):
     kl_coef: float | None = Field(None, ge=0)
     kl_estimator: Literal[KL_ESTIMATORS] | None = None  # type: ignore[valid-type]
     dynamic_sampling: bool | None = None
+    refill_rounds: int | None = Field(
+        None, ge=1, description="dynamic sampling: generation rounds a step may take to fill "
+        "its batch with prompts_per_step informative groups (DAPO's refill; 1 = filter only; "
+        "text tasks only)")
     overlong_buffer: int | None = Field(None, ge=0)
     overlong_penalty: float | None = Field(None, ge=0)
     dpo_beta: float = Field(0.1, gt=0)

@@ -18,7 +18,7 @@ from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS
 LOSSES = ("ppo", "pg", "dpo", "sft")
 OVERRIDABLE = (
     "estimator", "agg", "ratio_level", "clip_low", "clip_high", "dual_clip", "kl_coef",
-    "kl_estimator", "dynamic_sampling", "overlong_buffer", "overlong_penalty",
+    "kl_estimator", "dynamic_sampling", "refill_rounds", "overlong_buffer", "overlong_penalty",
 )
 DAPO_BUFFER_FRACTION = 0.2  # DAPO: L_cache = 4096 of L_max = 20480
 
@@ -29,7 +29,9 @@ class ResolvedAlgorithm:
 
     loss: ppo (clipped surrogate), pg (plain policy gradient), dpo, sft.
     kl_in_reward: the KL penalty is folded into the reward (`kl_penalized_rewards`) instead of
-    added to the loss. overlong_buffer: L_cache in tokens; None = a fifth of the generation
+    added to the loss. refill_rounds: generation rounds a step may take to fill its batch with
+    informative groups under dynamic sampling (`train.step.refill`; 1 = filter only).
+    overlong_buffer: L_cache in tokens; None = a fifth of the generation
     limit (DAPO's ratio), 0 = no overlong shaping. hargo: the HARGO params (only for `hargo`
     and its ablation presets, HARGO_PRESETS).
     """
@@ -46,6 +48,7 @@ class ResolvedAlgorithm:
     kl_estimator: str = "k3"
     kl_in_reward: bool = False
     dynamic_sampling: bool = False
+    refill_rounds: int = 1
     overlong_buffer: int | None = 0
     overlong_penalty: float = 1.0
     dpo_beta: float = 0.1
@@ -152,6 +155,10 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
     dual = changes.get("dual_clip")
     if dual is not None and dual <= 1:
         raise ValueError(f"algorithm.dual_clip: must be > 1, got {dual}")
+    if changes.get("refill_rounds", 1) > 1 and not changes.get(
+            "dynamic_sampling", PRESETS[name].dynamic_sampling):
+        raise ValueError("algorithm.refill_rounds > 1 refills a batch with informative groups: "
+                         "it needs algorithm.dynamic_sampling = true (or the dapo preset)")
     changes["dpo_beta"] = float(getattr(section, "dpo_beta", 0.1))
     # validated for every method (typos surface early); used only by the HARGO presets
     overrides = hargo_overrides(getattr(section, "hargo", None))

@@ -43,6 +43,7 @@ STEP_KEYS: tuple[str, ...] = (
     "completions/clipped_ratio",
     # methods
     "dynamic_sampling/dropped_group_fraction", "dynamic_sampling/dropped_response_fraction",
+    "dynamic_sampling/kept_groups", "dynamic_sampling/rounds",
     "hargo/weight_mean", "hargo/weight_min", "hargo/weight_max", "hargo/weight_std",
     "hargo/contrast_ref", "hargo/zero_contrast_fraction", "hargo/confidence_clip_fraction",
     "dpo/pairs", "dpo/reward_accuracy", "dpo/margin", "dpo/chosen_reward", "dpo/rejected_reward",

@@ -17,7 +17,7 @@ from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError
 from hargo_hpc.tasks.data import load_tasks
 from hargo_hpc.tasks.prompts import build_prompt, resolve_format
-from hargo_hpc.tasks.registry import get_task
+from hargo_hpc.tasks.registry import get_task, task_class
 from hargo_hpc.tasks.split import split_examples
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
@@ -37,6 +37,11 @@ def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgo
         accum = check_batch_shape(config.rollout, config.training, world_size)
     except ValueError as err:
         raise TrainError(str(err)) from None
+    remote = [s.name for s in config.data.tasks if task_class(s.name).remote]
+    if algorithm.refill_rounds > 1 and remote:
+        raise TrainError(f"algorithm.refill_rounds {algorithm.refill_rounds}: task "
+                         f"{remote[0]} is rewarded by the bench, which takes one batch per "
+                         "step; refill works with text tasks only (set refill_rounds = 1)")
     groups = (algorithm.estimator in GROUP_ESTIMATORS or algorithm.hargo is not None
               or algorithm.loss == "dpo")
     if groups and config.rollout.num_generations < 2:

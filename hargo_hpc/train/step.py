@@ -12,8 +12,10 @@ One step, in verl's phase names (each timed as `timing_s/<phase>`; the functions
     reward        `submit_rewards` at the end of `start_step` (GEMM requests go to the bench,
                   each with its stage's forbidden techniques; text tasks in process), then
                   `collect_rewards` (unscored ones are dropped from the loss and counted; SQD
-                  sees the results: archive, advancement) and `shape_rewards` (DAPO's overlong
-                  shaping when the preset has a buffer)
+                  sees the results: archive, advancement), `refill` (DAPO's: more prompts
+                  until the batch holds prompts_per_step groups with reward contrast, with
+                  algorithm.refill_rounds > 1) and `shape_rewards` (DAPO's overlong shaping
+                  when the preset has a buffer)
     old_log_prob  the sampling policy's token log-probs, when the update is off-policy at all
                   (num_iterations > 1, several optimizer steps per batch, KL in the reward, or
                   max_staleness 1); else the update is exactly on-policy (ratio 1 on its first
@@ -41,6 +43,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
+from hargo_hpc.algorithms.dapo import dynamic_sampling_filter
 from hargo_hpc.tasks.base import Example
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend import distributed
@@ -55,7 +60,8 @@ from hargo_hpc.train.phases import (
     update_actor,
 )
 from hargo_hpc.train.rollout.generate import Generations, derive_seed
-from hargo_hpc.train.rollout.generated import Rollout
+from hargo_hpc.train.rollout.generated import Rollout, by_rank
+from hargo_hpc.train.rollout.rewards import RewardBatch
 from hargo_hpc.train.run import LoopState, RunContext, TrainError
 from hargo_hpc.train.step_record import rollout_rows, step_record
 
@@ -69,7 +75,8 @@ def rl_step(ctx: RunContext, state: LoopState, step: int
     return finish_step(ctx, state, start_step(ctx, state, step))
 
 
-def start_step(ctx: RunContext, state: LoopState, step: int) -> Rollout:
+def start_step(ctx: RunContext, state: LoopState, step: int, prompts: int | None = None,
+               first: int = 0) -> Rollout:
     """The `gen` phase and what must happen under the sampling policy: draw the prompts,
     sample G completions each, take their log-probs under this policy when the update needs
     them (off-policy updates; always with rollout.max_staleness 1, since the update then comes
@@ -77,25 +84,27 @@ def start_step(ctx: RunContext, state: LoopState, step: int) -> Rollout:
 
     Under W ranks every rank draws the same prompts (the same sampler, the same seed) and
     generates for its contiguous share (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups).
-    Rank 0 submits every rank's completions."""
+    Rank 0 submits every rank's completions. `prompts` (default rollout.prompts_per_step) and
+    `first` (the index of its first prompt in the step, for its seeds) serve a refill round."""
     G = ctx.config.rollout.num_generations
     timer = m.PhaseTimer()
     world, rank = distributed.world_size(), distributed.rank()
     with timer("gen"):
-        everything = state.sampler.batch(ctx.config.rollout.prompts_per_step)  # every rank's
+        everything = state.sampler.batch(  # every rank's
+            ctx.config.rollout.prompts_per_step if prompts is None else prompts)
         stages = [state.stage_of(e) for e in everything]
-        prompts = [ctx.prompt_of(e, stage) for e, stage in zip(everything, stages, strict=True)]
+        texts = [ctx.prompt_of(e, stage) for e, stage in zip(everything, stages, strict=True)]
         share = len(everything) // world
         mine = slice(rank * share, (rank + 1) * share)
-        seeds = [derive_seed(ctx.config.run.seed, "rollout", step, i)
+        seeds = [derive_seed(ctx.config.run.seed, "rollout", step, first + i)
                  for i in range(len(everything))]
-        gen = ctx.backend.generate(prompts[mine], G,
+        gen = ctx.backend.generate(texts[mine], G,
                                    [ctx.sampling_of(e) for e in everything[mine]], seeds[mine])
-    texts = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
+    completions = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
     with timer("old_log_prob"):
         old = policy_logprobs(ctx, ctx.engine.module, gen) if ctx.needs_old else None
-    rollout = Rollout(step, everything, prompts, [s for s in stages for _ in range(G)], gen,
-                      texts, old, ctx.engine.optimizer_steps, timer=timer)
+    rollout = Rollout(step, everything, texts, [s for s in stages for _ in range(G)], gen,
+                      completions, old, ctx.engine.optimizer_steps, timer=timer)
     with timer("reward"):
         rollout.pending = submit_rewards(ctx, state, rollout)
     return rollout
@@ -127,9 +136,13 @@ def finish_step(ctx: RunContext, state: LoopState, rollout: Rollout
     alg, timer = ctx.algorithm, rollout.timer
     lr = ctx.engine.lr  # what this step's first optimizer step uses
     staleness = ctx.engine.optimizer_steps - rollout.policy_version
-    rows = step_rows(rollout)
     with timer("reward"):
         batch = collect_rewards(ctx, state, rollout)
+    rounds = 1
+    if alg.refill_rounds > 1:
+        rollout, batch, rounds = refill(ctx, state, rollout, batch)
+    rows = step_rows(rollout)
+    with timer("reward"):
         limits = [ctx.sampling_of(row).max_new_tokens for row in rows.rows]
         rewards = shape_rewards(alg, batch, rows.lengths, limits,
                                 rollout.gen.completion_ids.device)
@@ -142,5 +155,48 @@ def finish_step(ctx: RunContext, state: LoopState, rollout: Rollout
     record = step_record(rollout, rows, rewards, adv, update, tasks=ctx.tasks,
                          optimizer_steps=ctx.engine.optimizer_steps, lr=lr,
                          staleness=staleness, sqd=state.sqd, since=state.last_step_end)
+    if alg.dynamic_sampling:
+        record["dynamic_sampling/rounds"] = rounds
     state.last_step_end = time.perf_counter()
     return record, rollout_rows(rollout, rows, rewards, adv)
+
+
+def refill(ctx: RunContext, state: LoopState, rollout: Rollout, batch: RewardBatch
+           ) -> tuple[Rollout, RewardBatch, int]:
+    """DAPO's dynamic sampling with refill (Yu et al., "DAPO", arXiv 2503.14476, §3.2): a group
+    whose rewards are all equal has no advantage, so while the step holds fewer than
+    P = rollout.prompts_per_step informative groups (scored task rewards not all equal) and
+    fewer than algorithm.refill_rounds generation rounds ran, draw P − k more prompts (k the
+    informative groups so far, rounded up to a multiple of the ranks), generate and score them
+    as in `start_step` (the same policy; each prompt's seed by its index in the step), and add
+    them to the step (`Rollout.extended`). The flat groups stay in the rollout and leave the
+    loss in `phases.rows_in_loss`, so at most P (+ ranks − 1) informative groups are updated
+    on. Text tasks only (`setup.resolve`: the bench takes one batch per step). Returns the
+    step, its rewards and the rounds it took."""
+    P, G = ctx.config.rollout.prompts_per_step, ctx.config.rollout.num_generations
+    world, rounds = distributed.world_size(), 1
+    pad_id = int(getattr(ctx.backend, "pad_id", 0))  # under a zero mask: any token will do
+    while rounds < ctx.algorithm.refill_rounds:
+        need = P - informative_groups(batch, G)
+        if need <= 0:
+            break
+        more = start_step(ctx, state, rollout.step, prompts=-(-need // world) * world,
+                          first=len(rollout.everything))
+        with rollout.timer("reward"):
+            extra = collect_rewards(ctx, state, more)
+        rollout = rollout.extended(more, world, pad_id)
+        batch = RewardBatch(by_rank(batch.rewards, extra.rewards, world),
+                            by_rank(batch.scored, extra.scored, world),
+                            by_rank(batch.records, extra.records, world),
+                            batch.wait_s + extra.wait_s)
+        rounds += 1
+    return rollout, batch, rounds
+
+
+def informative_groups(batch: RewardBatch, G: int) -> int:
+    """The groups (rows i·G … i·G + G − 1) whose scored rewards are not all equal
+    (`dapo.dynamic_sampling_filter`)."""
+    scored = torch.tensor(batch.scored, dtype=torch.bool)
+    rewards = torch.tensor(batch.rewards, dtype=torch.float32)[scored]
+    groups = (torch.arange(len(batch.rewards)) // G)[scored]
+    return int(dynamic_sampling_filter(rewards, groups)[1]["kept_groups"])

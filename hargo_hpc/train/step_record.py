@@ -44,7 +44,7 @@ def step_record(rollout: Rollout, rows: StepRows, rewards: Rewards, adv: Advanta
     })
     record.update(m.completion_stats(length_list, [bool(x) for x in rows.truncated.cpu()]))
     if adv.dynamic_sampling:
-        for key in ("dropped_group_fraction", "dropped_response_fraction"):
+        for key in ("dropped_group_fraction", "dropped_response_fraction", "kept_groups"):
             record[f"dynamic_sampling/{key}"] = adv.dynamic_sampling[key]
     record.update(weight_stats(adv))
     record.update(update)
