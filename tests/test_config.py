@@ -48,7 +48,7 @@ def test_empty_file_gives_all_defaults(tmp_path: Path) -> None:
     assert cfg.handoff_dir() == Path("runs/experiment/handoff")
     shared = load_config(write(tmp_path, ""), ["handoff.dir=/scratch/x/handoff", "run.name=b"])
     assert shared.handoff_dir() == Path("/scratch/x/handoff")
-    assert [s.name for s in cfg.sqd.stages] == ["open", "no_openmp", "no_simd", "no_blocking"]
+    assert [s.name for s in cfg.sqd.stages] == ["open", "no_simd", "no_blocking"]
     with pytest.raises(ConfigError, match=r"sqd.stages.0: .*unknown technique 'magic'"):
         load_config(write(tmp_path, ""), ["sqd.stages=[{name='x', forbid=['simd', 'magic']}]"])
 

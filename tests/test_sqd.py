@@ -71,11 +71,11 @@ def test_max_steps_moves_a_problem_that_keeps_improving() -> None:
     assert stages == [0, 0, 1, 1, 1, 2, 2]  # 3 steps a stage, then the next
 
 
-@pytest.mark.parametrize(("after_last", "want"), [("hold", [3] * 6),
-                                                  ("cycle", [3, 0, 0, 1, 1, 2])])
+@pytest.mark.parametrize(("after_last", "want"), [("hold", [2] * 6),
+                                                  ("cycle", [2, 0, 0, 1, 1, 2])])
 def test_after_the_last_stage(after_last: str, want: list[int]) -> None:
-    settings = SqdSettings(patience=1, after_last=after_last)
-    state = ProblemState(stage=3)
+    settings = SqdSettings(patience=1, after_last=after_last)  # 3 stages
+    state = ProblemState(stage=2)
     got = []
     for step in range(6):  # 5 GFLOPS every step: the first in a stage sets the mark, the
         step_problem(state, [5.0], step, settings)  # next is no gain: patience 1 moves on
@@ -156,7 +156,7 @@ def test_the_state_round_trips_and_its_file_keeps_a_backup(tmp_path: Path) -> No
     sqd.save(tmp_path, 2, failed)
     again = Sqd(settings, ["p"])
     again.load_state_dict(load_state_file(tmp_path / "state.json"))
-    assert again.state_dict() == sqd.state_dict() and again.stage_of("p").name == "no_openmp"
+    assert again.state_dict() == sqd.state_dict() and again.stage_of("p").name == "no_simd"
     backup = json.loads((tmp_path / "state.json.bak").read_text())
     assert backup["problems"]["p"]["stage"] == 0  # the version before
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -169,7 +169,7 @@ def test_the_state_round_trips_and_its_file_keeps_a_backup(tmp_path: Path) -> No
     with pytest.raises(SqdError, match=r"cannot read the SQD state .* previous version is "):
         load_state_file(tmp_path / "state.json")
     other = Sqd(SqdSettings(stages=[StageSpec(name="only")]), ["p"])
-    with pytest.raises(SqdError, match=r"written for stages \['open', 'no_openmp'"):
+    with pytest.raises(SqdError, match=r"written for stages \['open', 'no_simd'"):
         other.load_state_dict(sqd.state_dict())
 
 
@@ -187,31 +187,30 @@ def test_a_bad_schedule_is_refused(stages: list[dict[str, Any]], message: str) -
 def test_the_default_schedule_is_open_then_one_technique_left_out_a_stage() -> None:
     settings = SqdSettings()
     assert [(s.name, s.forbid, s.open) for s in settings.stages] == [
-        ("open", [], True), ("no_openmp", ["openmp"], False), ("no_simd", ["simd"], False),
-        ("no_blocking", ["blocking"], False)]
+        ("open", [], True), ("no_simd", ["simd"], False), ("no_blocking", ["blocking"], False)]
     assert (settings.patience, settings.max_steps, settings.after_last, settings.start) == (
         2, 2, "cycle", "spread")
 
 
 def test_problems_start_spread_over_the_stages_and_count_their_visits() -> None:
-    """The i-th problem in name order starts at stage i mod 4, so a batch of problems mixes
+    """The i-th problem in name order starts at stage i mod 3, so a batch of problems mixes
     stages; every step a problem is prompted in counts one visit of its prompt's stage."""
     names = [f"p{i}" for i in range(6)]
     sqd = Sqd(SqdSettings(), list(reversed(names)))
-    assert [sqd.problems[n].stage for n in names] == [0, 1, 2, 3, 0, 1]
+    assert [sqd.problems[n].stage for n in names] == [0, 1, 2, 0, 1, 2]
     assert [s.stage for s in Sqd(SqdSettings(start="first"), names).problems.values()] == [0] * 6
     # p0 prompted twice in its open stage (two results in step 1 count one visit), never
-    # solving it: max_steps 2 moves it on; then once in no_openmp
+    # solving it: max_steps 2 moves it on; then once in no_simd
     sqd.observe(1, [Result("p0", "a", {"status": "compile_error"}),
                     Result("p0", "b", {"status": "compile_error"})])
     sqd.observe(2, [Result("p0", "c", {"status": "compile_error"})])
     sqd.observe(3, [Result("p0", "d", ok(4.0))])
-    assert sqd.problems["p0"].visits == {"open": 2, "no_openmp": 1}
+    assert sqd.problems["p0"].visits == {"open": 2, "no_simd": 1}
     assert sqd.problems["p0"].stage == 1 and sqd.problems["p1"].visits == {}
     # a problem at the last stage cycles back to the first
     for step in (4, 5):
-        sqd.observe(step, [Result("p3", "e", {"status": "compile_error"})])
-    assert (sqd.problems["p3"].stage, sqd.problems["p3"].cycles) == (0, 1)
+        sqd.observe(step, [Result("p2", "e", {"status": "compile_error"})])
+    assert (sqd.problems["p2"].stage, sqd.problems["p2"].cycles) == (0, 1)
 
 
 def test_hargo_sqd_stages_prints_the_schedule_of_a_job() -> None:
@@ -223,11 +222,10 @@ def test_hargo_sqd_stages_prints_the_schedule_of_a_job() -> None:
     done = CliRunner().invoke(main, ["sqd", "stages", str(repo / "jobs" / "gemm_sqd.toml")])
     assert done.exit_code == 0, done.output
     lines = done.output.splitlines()
-    assert [line.split()[0] for line in lines[1:5]] == ["open", "no_openmp", "no_simd",
-                                                       "no_blocking"]  # fmt: skip
-    assert lines[2].split()[1:] == ["simd,", "blocking,", "unrolling", "openmp", "-"]
-    assert "gains less than 5% for 2 steps, or after 2 steps" in lines[5]
-    assert "after the last: cycle; start: spread" in lines[5]
+    assert [line.split()[0] for line in lines[1:4]] == ["open", "no_simd", "no_blocking"]
+    assert lines[2].split()[1:] == ["openmp,", "blocking,", "unrolling", "simd", "-"]
+    assert "gains less than 5% for 2 steps, or after 2 steps" in lines[4]
+    assert "after the last: cycle; start: spread" in lines[4]
 
 
 def test_hargo_sqd_report_on_a_corrupt_state_names_the_backup(tmp_path: Path) -> None:

@@ -4,13 +4,13 @@ an archive of the best kernel for each kind of solution. SQD decides; it never r
 bench judges, and its records come back here). The choices and their reasons: docs/sqd.md.
 
 Stages (`SqdSettings.stages`, `[[sqd.stages]]` in an experiment file): an ordered list of
-`{name, forbid, require}` technique sets (`bench.techniques.TECHNIQUES`). The default asks four
+`{name, forbid, require}` technique sets (`bench.techniques.TECHNIQUES`). The default asks three
 questions of the same problem: the fastest kernel at all (`open`: nothing forbidden or
 required, so its prompt is the plain prompt the evaluation asks), then the fastest without
-each of the three techniques that pay most (a leave-one-out):
+explicit vectors and without tiles (a leave-one-out; no `no_openmp` stage: its off-stage
+reward for an OpenMP kernel pushed OpenMP down under every prompt, docs/sqd.md):
 
     open          nothing forbidden (the plain prompt)
-    no_openmp     forbid openmp
     no_simd       forbid simd
     no_blocking   forbid blocking
 
@@ -105,8 +105,7 @@ class StageSpec(BaseModel):
 
 
 def default_stages() -> list[StageSpec]:
-    return [StageSpec(name="open"), StageSpec(name="no_openmp", forbid=["openmp"]),
-            StageSpec(name="no_simd", forbid=["simd"]),
+    return [StageSpec(name="open"), StageSpec(name="no_simd", forbid=["simd"]),
             StageSpec(name="no_blocking", forbid=["blocking"])]
 
 

@@ -170,8 +170,9 @@ def refill(ctx: RunContext, state: LoopState, rollout: Rollout, batch: RewardBat
     informative groups so far, rounded up to a multiple of the ranks), generate and score them
     as in `start_step` (the same policy; each prompt's seed by its index in the step), and add
     them to the step (`Rollout.extended`). The flat groups stay in the rollout and leave the
-    loss in `phases.rows_in_loss`, so at most P (+ ranks − 1) informative groups are updated
-    on. Text tasks only (`setup.resolve`: the bench takes one batch per step). Returns the
+    loss in `phases.rows_in_loss`, so the update sees at most P (+ ranks − 1) groups with
+    task-reward contrast (shaping that breaks a tie, overlong or a KL in the reward, can keep
+    a few more). Text tasks only (`setup.resolve`: the bench takes one batch per step). Returns the
     step, its rewards and the rounds it took."""
     P, G = ctx.config.rollout.prompts_per_step, ctx.config.rollout.num_generations
     world, rounds = distributed.world_size(), 1

@@ -142,7 +142,7 @@ def test_sft_under_sqd_stages_adds_each_kernel_under_every_stage_it_keeps() -> N
     from hargo_hpc.sqd import SqdSettings
     from hargo_hpc.train.sft import sft_items
 
-    stages = SqdSettings().stages  # open, no_openmp, no_simd, no_blocking
+    stages = SqdSettings().stages  # open, no_simd, no_blocking
     problems = Gemm.load_problems()[:6]
     kernels = list(KERNELS.values())
     pairs = sft_examples(problems, kernels, stages=stages)
@@ -162,7 +162,7 @@ def test_sft_under_sqd_stages_adds_each_kernel_under_every_stage_it_keeps() -> N
                 assert not set(detect_techniques(kernel.code)) & set(stage.forbid)
                 used[stage.name] = used.get(stage.name, 0) + 1
     assert i == len(pairs)
-    assert set(used) == {"no_openmp", "no_simd", "no_blocking"}, used  # every stage taught
+    assert set(used) == {"no_simd", "no_blocking"}, used  # every stage taught
     # through the trainer's reader: the same rows, the plain ones alone without stages
     rows = sft_items(task, problems[:1], stages)
     assert [(r.user_text, r.target) for r in rows] == sft_examples(problems[:1], stages=stages)

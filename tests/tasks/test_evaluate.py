@@ -118,22 +118,22 @@ def test_a_run_directory_is_evaluated_on_its_split_against_its_starting_model(
 
     # under an SQD stage's prompt (issue V): its own directory and handoff beside the plain
     # evaluation's, the requests forbid what the stage forbids, two more shares
-    done = hargo("eval", str(run_dir), "--stage", "no_openmp", "--tasks", "gemm", "-n", "1",
+    done = hargo("eval", str(run_dir), "--stage", "no_simd", "--tasks", "gemm", "-n", "1",
                  "--json")
     assert done.exit_code == 0, done.output
-    staged = metrics_of(run_dir / "eval-no_openmp")
-    assert staged["stage"] == "no_openmp" and metrics_of(run_dir / "eval") == metrics
-    assert staged["decoding"]["gemm"]["stage"] == {"name": "no_openmp", "forbid": ["openmp"],
+    staged = metrics_of(run_dir / "eval-no_simd")
+    assert staged["stage"] == "no_simd" and metrics_of(run_dir / "eval") == metrics
+    assert staged["decoding"]["gemm"]["stage"] == {"name": "no_simd", "forbid": ["simd"],
                                                    "require": []}  # fmt: skip
     values = staged["tasks"]["gemm"]
     assert 0.0 <= values["forbidden_share"] <= 1.0 and 0.0 <= values["on_stage_share"] <= 1.0
     assert values["on_stage_share"] <= values["ok_share"]
-    records = [json.loads(line)["record"] for line in (run_dir / "eval-no_openmp" /
+    records = [json.loads(line)["record"] for line in (run_dir / "eval-no_simd" /
                "predictions" / "gemm.jsonl").read_text().splitlines()]  # fmt: skip
-    assert records and all(r["forbidden"] == ["openmp"] for r in records)
+    assert records and all(r["forbidden"] == ["simd"] for r in records)
     done = hargo("eval", str(run_dir), "--stage", "scalar", "--tasks", "gemm")
     assert done.exit_code == 2
-    assert "no SQD stage 'scalar' in this run's sqd.stages (there are: open, no_openmp" in (
+    assert "no SQD stage 'scalar' in this run's sqd.stages (there are: open, no_simd" in (
         done.output)
 
 

@@ -418,8 +418,7 @@ def test_a_warm_start_taught_the_stage_prompts_is_checked_under_each(tmp_path: P
     assert done.exit_code == 0, done.output
     assert "SFT rows under an SQD stage prompt (sft.stage_prompts)" in done.output
     lines = done.stdout.splitlines()
-    for stage, technique in (("no_openmp", "openmp"), ("no_simd", "simd"),
-                             ("no_blocking", "blocking")):
+    for stage, technique in (("no_simd", "simd"), ("no_blocking", "blocking")):
         staged = [line for line in lines if line.startswith(f"form@{stage}  gemm  ")]
         assert [line.split()[2] for line in staged] == [
             "compiled_share", "ok_share", "forbidden_share", "on_stage_share"], lines
