@@ -21,8 +21,9 @@ answers are computed once and shared), against the warm start on the same exampl
   text   SmolLM2-135M-Instruct (or `--model tiny`, the project's tiny model at a budget
          cheap enough for five seeds) on the HPC-GPT text mix (data race C, MLPerf QA, PLP QA
          from `--data`, default ../shared/data/hpc-gpt; the project's samples when absent,
-         whose held-out splits are small); methods HARGO and GRPO (tiny: also HARGO without
-         either signal). Held-out metrics: mean reward, data-race support, F1, accuracy,
+         whose held-out splits are small); methods GRPO, HARGO and HARGO without either
+         signal (one seed on SmolLM2, five on tiny; tiny also GRPO with DAPO's refill).
+         Held-out metrics: mean reward, data-race support, F1, accuracy,
          balanced accuracy and AUC of p(yes), MLPerf share over 40 characters, F1 and mean
          length, PLP similarity, degenerate share and mean length.
 
@@ -161,35 +162,40 @@ def curve_text(curve: list[float]) -> str:
     return f"{sum(first) / len(first):.3f} -> {sum(last) / len(last):.3f}"
 
 
-def seed_pooled(a_runs: list[dict[str, Any]], b_runs: list[dict[str, Any]] | None,
-                task_name: str) -> dict[str, Any]:
-    """B − A per metric, one pair per training seed, pooled over the seeds
+def seed_pooled(a_runs: list[dict[str, Any]],
+                b_runs: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """B − A per task and metric, one pair per training seed, pooled over the seeds
     (`eval.paired_runs.seed_changes`: each seed's change paired on its examples, then the
     two-level bootstrap over seeds and examples, from 3 seeds); A = each run's start (its
     baseline answers) when `b_runs` is None (then B = `a_runs`), else A's run of the same
-    seed. Returns {key: SeedPooled} of the task's METRICS, and the start and end values
-    averaged over the seeds ("a", "b")."""
+    seed. Returns, per task, {"changes": {key: SeedPooled} of the task's METRICS, "a", "b":
+    the start and end values averaged over the seeds}."""
     from hargo_hpc.eval.paired_runs import Predictions, seed_changes
 
     if b_runs is None:
         pairs = [(Predictions(r["run_dir"], baseline=True), Predictions(r["run_dir"]))
                  for r in a_runs]
-        a_values = [r["metrics"]["tasks"][task_name]["baseline"] for r in a_runs]
-        b_values = [r["metrics"]["tasks"][task_name] for r in a_runs]
+        a_side = [r["metrics"]["tasks"] for r in a_runs]
+        a_values = [{name: task["baseline"] for name, task in tasks.items()}
+                    for tasks in a_side]
+        b_values = a_side
     else:
         pairs = [(Predictions(a["run_dir"]), Predictions(b["run_dir"]))
                  for a, b in zip(a_runs, b_runs, strict=True)]
-        a_values = [r["metrics"]["tasks"][task_name] for r in a_runs]
-        b_values = [r["metrics"]["tasks"][task_name] for r in b_runs]
-    found = seed_changes(pairs)[task_name]
+        a_values = [r["metrics"]["tasks"] for r in a_runs]
+        b_values = [r["metrics"]["tasks"] for r in b_runs]
 
-    def mean(values: list[dict[str, Any]], key: str) -> float | None:
-        got = [v.get(key) for v in values if v.get(key) is not None]
+    def mean(values: list[dict[str, Any]], name: str, key: str) -> float | None:
+        got = [v[name].get(key) for v in values if v[name].get(key) is not None]
         return sum(got) / len(got) if got else None
 
-    keys = [k for k in METRICS[task_name] if k in found]
-    return {"changes": {k: found[k] for k in keys}, "a": {k: mean(a_values, k) for k in keys},
-            "b": {k: mean(b_values, k) for k in keys}}
+    out = {}
+    for name, found in seed_changes(pairs).items():  # every task at once: one bootstrap
+        keys = [k for k in METRICS[name] if k in found]
+        out[name] = {"changes": {k: found[k] for k in keys},
+                     "a": {k: mean(a_values, name, k) for k in keys},
+                     "b": {k: mean(b_values, name, k) for k in keys}}
+    return out
 
 
 def pooled_text(found: dict[str, Any], key: str, task: str) -> str:
@@ -403,14 +409,18 @@ def parse_args() -> argparse.Namespace:
         defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"], "steps": 40, "G": 8, "micro": 8,
                     "lr": 2e-4, "temperature": 0.7, "max_new_tokens": 320, "sft_steps": 600,
                     "sft_lr": 3e-3, "eval_fraction": 0.25}
-    elif args.model == "tiny":  # issue W's cheap run: 2-2.7 min a run here (2026-12-05)
+    elif args.model == "tiny":  # issue W's cheap run: 2-2.7 min a run here (2026-12-05);
+        # lr 3e-4, not the probe's 1e-3, which made every method worse than this warm start
         defaults = {"methods": ["grpo", "hargo", "hargo_no_discrimination",
-                                "hargo_no_confidence"], "seeds": [0, 1, 2, 3, 4],
-                    "steps": 240, "G": 16, "micro": 16, "lr": 1e-3, "temperature": 1.0,
+                                "hargo_no_confidence", "grpo_refill"],
+                    "seeds": [0, 1, 2, 3, 4],
+                    "steps": 240, "G": 16, "micro": 16, "lr": 3e-4, "temperature": 1.0,
                     "max_new_tokens": 96, "sft_steps": 150, "sft_lr": 3e-3,
                     "eval_fraction": 0.12}
-    else:
-        defaults = {"methods": ["grpo", "hargo"], "steps": 20, "G": 4, "micro": 4, "lr": 1e-5,
+    else:  # SmolLM2: one seed of each method in about an hour here (issue W)
+        defaults = {"methods": ["grpo", "hargo", "hargo_no_discrimination",
+                                "hargo_no_confidence"], "seeds": [0],
+                    "steps": 20, "G": 4, "micro": 4, "lr": 2e-5,
                     "temperature": 1.0, "max_new_tokens": 96, "sft_steps": 40, "sft_lr": 3e-5,
                     "eval_fraction": 0.12}
     defaults.setdefault("seeds", [0, 1, 2])
@@ -461,18 +471,18 @@ def main() -> int:
               "its held-out examples), then pooled (bootstrap over seeds, then examples; from "
               "3 seeds), 95 % intervals, * excludes 0")
         for method, runs in results.items():
+            pooled = seed_pooled(runs, None)
             for name in tasks:
-                found = seed_pooled(runs, None, name)
-                for key in found["changes"]:
-                    print(f"  {method} {name}: {pooled_text(found, key, name)}")
+                for key in pooled[name]["changes"]:
+                    print(f"  {method} {name}: {pooled_text(pooled[name], key, name)}")
         first = args.methods[0]
         for second in args.methods[1:]:
             print(f"\n{second} - {first}, each seed's runs paired on the same examples, "
                   "pooled over the seeds:")
+            pooled = seed_pooled(results[first], results[second])
             for name in tasks:
-                found = seed_pooled(results[first], results[second], name)
-                for key in found["changes"]:
-                    print(f"  {name}: {pooled_text(found, key, name)}")
+                for key in pooled[name]["changes"]:
+                    print(f"  {name}: {pooled_text(pooled[name], key, name)}")
         if args.suite == "text":
             weight_shares(results)
         if "grpo" in results and set(results) & set(SQD_METHODS):
