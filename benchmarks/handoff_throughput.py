@@ -88,7 +88,7 @@ def worker_main() -> None:
     claimer.open_exclusive = counted  # type: ignore[assignment]
     claimer.Claimer.scan = timed_scan  # type: ignore[method-assign]
     atexit.register(dump)
-    from hargo_hpc.handoff.commands import worker
+    from hargo_hpc.cli.handoff import worker
 
     worker()
 

@@ -2,7 +2,7 @@
 
 Every package's error derives from `HargoError` (and, where callers catch it that way, from
 the builtin it always was: `ConfigError(HargoError, ValueError)`). The command line renders
-any of them that reaches it in one place (`cli_support.HargoGroup`): `error: <one line>` on
+any of them that reaches it in one place (`cli.support`): `error: <one line>` on
 stderr and the class's `exit_code` (2, bad input), nothing else; a traceback means a bug.
 """
 

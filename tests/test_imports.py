@@ -1,4 +1,4 @@
-"""A light core and no import cycles.
+"""A light core, no import cycles, and every import running down a floor.
 
 `import hargo_hpc.config` is what a login node does to read an experiment file: it must not load
 torch, the sandbox, the handoff's runtime, submitit, jinja2 or rich. The expected set of the
@@ -25,11 +25,10 @@ CONFIG_LOADS = {
     "hargo_hpc.algorithms", "hargo_hpc.algorithms.names", "hargo_hpc.algorithms.hargo_params",
     "hargo_hpc.algorithms.presets",
     "hargo_hpc.bench", "hargo_hpc.bench.settings", "hargo_hpc.bench.techniques",
-    "hargo_hpc.eval", "hargo_hpc.eval.settings",
+    "hargo_hpc.config.evaluation", "hargo_hpc.config.experiment", "hargo_hpc.config.training",
     "hargo_hpc.handoff", "hargo_hpc.handoff.settings", "hargo_hpc.runs", "hargo_hpc.sqd",
     "hargo_hpc.sqd.schedule",
     "hargo_hpc.tasks", "hargo_hpc.tasks.names", "hargo_hpc.tasks.settings",
-    "hargo_hpc.train", "hargo_hpc.train.settings",
 }
 HEAVY = ("torch", "numpy", "transformers", "deepspeed", "submitit", "jinja2", "rich", "ctypes",
          "psutil", "click")
@@ -129,3 +128,43 @@ def test_no_import_cycles() -> None:
         if module not in state:
             visit(module)
     assert len(graph) > 40  # the walk found the package
+
+
+# The floors, lowest first: a folder (or top-level module) imports only from floors below its
+# own, or from itself. The config composes the settings of the packages below it and is read
+# by those above; the command line sits on top (docs/layout.md).
+FLOORS = (
+    ("hargo_hpc", "_lazy", "errors", "files"),
+    ("bench",),
+    ("algorithms",),
+    ("tasks",),
+    ("sqd",),
+    ("handoff",),
+    ("runs",),
+    ("config",),
+    ("train",),
+    ("eval",),
+    ("report",),
+    ("slurm",),
+    ("examples",),
+    ("cli",),
+    ("__main__",),
+)
+FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
+
+
+def _unit(module: str) -> str:
+    """The folder or top-level module that `module` belongs to."""
+    return module.split(".")[1] if "." in module else module
+
+
+def test_every_import_runs_down_a_floor() -> None:
+    for package in _lazy.EXPORTS.copy():
+        importlib.import_module(package)
+    units = {_unit(module) for module in MODULES}
+    assert units == set(FLOOR), f"give each unit a floor: {sorted(units ^ set(FLOOR))}"
+    upward = sorted(f"{module} -> {target}" for module in MODULES
+                    for target in _imports_of(module)
+                    if _unit(target) != _unit(module)
+                    and FLOOR[_unit(target)] >= FLOOR[_unit(module)])
+    assert not upward, "imports that run up a floor:\n" + "\n".join(upward)

@@ -7,9 +7,9 @@ verification, timing, status and reward.
 Read top to bottom: contract.py (the request), status.py, extract.py, techniques.py,
 validate.py, namespaces.py, defences.py, sandbox.py, cache.py, build.py, judge.c, kernel_main.c,
 uids.py, reference.py, judge_args.py, verdict.py, result.py, runner.py, reward.py, roof.py,
-calibrate.py, commands.py. docs/bench.md has the rest. The names below are imported on first
-use: `contract`, `settings`, `status` and `techniques` stay light (the config imports the last
-three on a login node, the handoff's schema the first).
+calibrate.py; the command is `cli/bench.py`. docs/bench.md has the rest. The names below are
+imported on first use: `contract`, `settings`, `status` and `techniques` stay light (the config
+imports the last three on a login node, the handoff's schema the first).
 """
 
 from hargo_hpc._lazy import lazy_exports

@@ -1,3 +1,3 @@
-"""Evaluation: `hargo eval` of a model or run on the held-out split (`evaluate.py`), scoring
-and WinRate of prediction files (`commands.py`), the `[eval]` settings (`settings.py`). Torch
-is imported only where a model answers."""
+"""Evaluation: a model or run on the held-out split (`evaluate.py`), paired comparisons of
+evaluations and runs, the SFT form check. Torch is imported only where a model answers; the
+commands are `cli/eval.py`, the `[eval]` section `config/evaluation.py`."""

@@ -2,5 +2,5 @@
 
 `table` reads run directories into rows (pure: JSON and TOML only), `plots` draws the PNGs
 (matplotlib, imported only when plotting), `page` puts both into one self-contained HTML file,
-`commands` is the click command. Nothing here imports torch: it runs on a login node.
+the command is `cli/report.py`. Nothing here imports torch: it runs on a login node.
 """

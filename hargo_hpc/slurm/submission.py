@@ -228,7 +228,7 @@ def check_ranks(config: ExperimentConfig, where: str) -> None:
     refuses two ranks on one device, and a GPU without a rank idles), and the rollout batch
     shared by nodes x ntasks_per_node ranks in whole prompts and micro-batches (SFT and RL run
     on the same [slurm.train] resources)."""
-    from hargo_hpc.train.settings import check_batch_shape
+    from hargo_hpc.config.training import check_batch_shape
 
     res = config.slurm.train
     if res.gpus_per_node and res.gpus_per_node != res.ntasks_per_node:

@@ -1,6 +1,6 @@
 """Watching one submission (its `run.json`): job states, progress, cancel, logs.
 
-The library behind `hargo status`, `hargo cancel` and `hargo logs` (`watch_commands.py`).
+The library behind `hargo status`, `hargo cancel` and `hargo logs` (`cli/watch.py`).
 
 - States come from ONE `sacct` call for every job of the submission (`job_states`), retried
   with doubling delays while slurmdbd is busy; jobs that sacct does not list per task yet
@@ -51,18 +51,18 @@ _JOB_ID = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?$")
 def expand_array(spec: str) -> list[int]:
     """The task indices of an array spec: "0-3" / "[2-5%2]" / "1,3,7-9" / "0-12:4".
 
-    A `%N` throttle is dropped; ValueError for anything else."""
+    A `%N` throttle is dropped; ManifestError for anything else."""
     body = spec.strip().removeprefix("[").removesuffix("]").partition("%")[0]
     indices: list[int] = []
     for part in body.split(","):
         match = _ARRAY_PART.match(part)
         if not match:
-            raise ValueError(f"not an array spec: {spec!r}")
+            raise ManifestError(f"not an array spec: {spec!r}")
         first = int(match.group("first"))
         last = int(match.group("last") or first)
         stride = int(match.group("stride") or 1)
         if last < first or stride < 1:
-            raise ValueError(f"not an array spec: {spec!r}")
+            raise ManifestError(f"not an array spec: {spec!r}")
         indices.extend(range(first, last + 1, stride))
     return indices
 
@@ -450,8 +450,8 @@ def select_tasks(manifest: Manifest, job: str | None = None,
                  task: int | None = None) -> list[tuple[JobEntry, int]]:
     """(job, array index) pairs of the submitted jobs, narrowed to one job and/or index.
 
-    ManifestError for an unknown job name or a job not submitted yet; ValueError for an
-    index no selected job has."""
+    ManifestError for an unknown job name, a job not submitted yet or an index no selected
+    job has."""
     chosen = [manifest.job(job)] if job is not None else manifest.jobs
     if job is not None and not chosen[0].job_id:
         raise ManifestError(f"{manifest.root}: job {job!r} was not submitted (no job id)")
@@ -459,7 +459,7 @@ def select_tasks(manifest: Manifest, job: str | None = None,
              if task is None or i == task]
     if task is not None and not pairs:
         ranges = ", ".join(f"{j.name} {_span(task_indices(j))}" for j in chosen if j.job_id)
-        raise ValueError(f"no task {task} in {'job ' + job if job else 'any job'} "
+        raise ManifestError(f"no task {task} in {'job ' + job if job else 'any job'} "
                          f"(tasks: {ranges or 'none submitted'})")
     return pairs
 

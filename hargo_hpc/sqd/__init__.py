@@ -4,10 +4,9 @@
   SQD decides, it never runs code; its module docstring has the rules); its settings
   (`SqdSettings`, the `[sqd]` section `hargo_hpc.config` composes).
 - `report`: what a run's SQD did, as text and a PNG (`hargo sqd report`).
-- `commands`: `hargo sqd stages JOB` and `hargo sqd report RUN_DIR`.
 
 The trainer's use of it (which prompts are staged, the required-technique penalty) is
-`hargo_hpc.train.sqd_run`. The names of `schedule` are re-exported here.
+`hargo_hpc.train.sqd_run`, its commands `cli/sqd.py`. The names of `schedule` are re-exported here.
 """
 
 from hargo_hpc.sqd.schedule import (

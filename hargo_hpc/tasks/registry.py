@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from hargo_hpc.tasks.base import Task
+from hargo_hpc.tasks.base import DataError, Task
 from hargo_hpc.tasks.names import TASK_NAMES
 from hargo_hpc.tasks.settings import RewardSettings
 
@@ -27,10 +27,11 @@ def task_names() -> list[str]:
 
 
 def task_class(name: str) -> type[Task]:
-    """The class of task `name`; ValueError naming the known tasks for any other name."""
+    """The class of task `name`; DataError (a ValueError) naming the known tasks for any other
+    name."""
     target = _REGISTRY.get(name)
     if target is None:
-        raise ValueError(f"unknown task {name!r}; known: {', '.join(_REGISTRY)}")
+        raise DataError(f"unknown task {name!r}; known: {', '.join(_REGISTRY)}")
     module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -10,7 +10,7 @@
   `phases.py` (what each phase computes), `step_record.py` (the metrics record),
   `updates.py` (the update), `sqd_run.py` (SQD in the loop), `metrics.py`;
 - SFT: `sft.py` (batches and loss), `sft_run.py` (the warm start and `hargo sft`);
-- `settings.py` (the `[model]`, `[rollout]` and `[training]` sections; no torch),
-  `early_stop.py` (a stop signal before the loop's handlers) and `commands.py` (`hargo train`,
-  `hargo sft`).
+- `early_stop.py` (a stop signal before the loop's handlers).
+
+Its sections of the job file are `config/training.py`; its commands `cli/train.py`.
 """

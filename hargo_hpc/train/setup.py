@@ -13,6 +13,7 @@ import torch
 
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
 from hargo_hpc.config import ExperimentConfig
+from hargo_hpc.config.training import check_batch_shape
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError
 from hargo_hpc.tasks.data import load_tasks
@@ -22,7 +23,6 @@ from hargo_hpc.tasks.split import split_examples
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.run import Data, Log, TrainError
-from hargo_hpc.train.settings import check_batch_shape
 from hargo_hpc.train.sft import has_target
 
 # estimators that compare the completions of a prompt with each other (need G >= 2)

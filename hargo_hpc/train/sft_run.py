@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hargo_hpc.config import ExperimentConfig, save_resolved, token_budgets
+from hargo_hpc.config.training import check_batch_shape
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.train import metrics as m
@@ -35,7 +36,6 @@ from hargo_hpc.train.run import (
     TrainResult,
     quiet,
 )
-from hargo_hpc.train.settings import check_batch_shape
 from hargo_hpc.train.setup import (
     build_run_engine,
     export_model,

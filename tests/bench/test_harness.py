@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from hargo_hpc.bench import BenchRequest, Problem, run_bench, run_request
 from hargo_hpc.bench.calibrate import REFERENCE_KERNELS, kernel_source
-from hargo_hpc.bench.commands import bench
 from hargo_hpc.bench.roof import load_roof, roof_file
+from hargo_hpc.cli.bench import bench
 
 from .test_reference_threads import ratio_by_hand
 

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from hargo_hpc.bench import defences, run_request
 from hargo_hpc.bench.calibrate import Calibration, Row
-from hargo_hpc.bench.commands import bench, calibration_lines
 from hargo_hpc.bench.reference import kernel_source
 from hargo_hpc.bench.techniques import detect_techniques
+from hargo_hpc.cli.bench import bench, calibration_lines
 
 from .procs import sandbox_processes
 from .sources import SIG

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from hargo_hpc.cli.handoff import handoff, worker
 from hargo_hpc.handoff import HandoffSettings, Trainer, retention
-from hargo_hpc.handoff.commands import handoff, worker
 from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.layout import Layout
 
@@ -101,7 +101,7 @@ def test_worker_command_runs_until_idle(root: Path) -> None:
     trainer = Trainer(root, HandoffSettings(), progress=False)
     trainer.submit(0, make_requests(10))
     proc = subprocess.run(
-        [sys.executable, "-c", "from hargo_hpc.handoff.commands import worker; worker()",
+        [sys.executable, "-c", "from hargo_hpc.cli.handoff import worker; worker()",
          "--handoff", str(root), "--workload", "doubles:noop_workload_double",
          "--max-idle", "0.5", "--lease", "0.4", "--threads", "2"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(HERE)},
@@ -140,7 +140,7 @@ def test_a_worker_idle_from_the_first_step_waits_for_training(root: Path) -> Non
     (a submission's training may queue for long); once a step opens, it serves it and the
     idle clock applies from then on."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from hargo_hpc.handoff.commands import worker; worker()",
+        [sys.executable, "-c", "from hargo_hpc.cli.handoff import worker; worker()",
          "--handoff", str(root), "--workload", "doubles:noop_workload_double",
          "--max-idle", "0.5", "--lease", "0.4", "--idle-from-first-step"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(HERE)})

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from hargo_hpc.cli.handoff import worker as worker_command
 from hargo_hpc.handoff import HandoffError, HandoffSettings, Trainer, Worker, atomic, retention
 from hargo_hpc.handoff import trainer as trainer_module
 from hargo_hpc.handoff.claims import ClaimIndex, LeaseObserver, scan_claims
-from hargo_hpc.handoff.commands import worker as worker_command
 from hargo_hpc.handoff.exits import Exit, ExitReason
 from hargo_hpc.handoff.layout import Layout
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from hargo_hpc.cli.handoff import handoff
 from hargo_hpc.handoff import HandoffSettings, Trainer, Worker
-from hargo_hpc.handoff.commands import handoff
 from hargo_hpc.handoff.exits import ExitReason
 
 from .conftest import HERE, make_requests

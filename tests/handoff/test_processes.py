@@ -22,7 +22,7 @@ from hargo_hpc.handoff.layout import Layout
 from .conftest import HERE, make_requests, running_workers, wait_for
 from .doubles import noop_workload_double
 
-WORKER = "from hargo_hpc.handoff.commands import worker; worker()"
+WORKER = "from hargo_hpc.cli.handoff import worker; worker()"
 
 
 def spawn_worker(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:

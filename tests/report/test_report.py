@@ -341,7 +341,7 @@ def test_a_run_with_only_its_evaluation(tmp_path: Path) -> None:
 
 
 def test_the_table_and_the_command_load_neither_torch_nor_matplotlib() -> None:
-    code = ("import sys, json; import hargo_hpc.report.commands, hargo_hpc.report.page; "
+    code = ("import sys, json; import hargo_hpc.cli.report, hargo_hpc.report.page; "
             "print(json.dumps(sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('torch', 'matplotlib', 'numpy'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from waiting import wait_until
 
+from hargo_hpc.cli.watch import cancel, logs, status
 from hargo_hpc.config import JobResources
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff import Trainer, schema
@@ -25,7 +26,6 @@ from hargo_hpc.handoff.layout import Layout
 from hargo_hpc.slurm import render_script, watch
 from hargo_hpc.slurm.jobs import SlurmError, sbatch, write_script
 from hargo_hpc.slurm.manifest import JobEntry, Manifest, ManifestError, RunEntry, load_manifest
-from hargo_hpc.slurm.watch_commands import cancel, logs, status
 
 SACCT_TEXT = """\
 123_0|RUNNING

@@ -19,16 +19,13 @@ from typing import Any, TextIO
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.config import ConfigError, ExperimentConfig, load_config
+from hargo_hpc.cli.support import command
+from hargo_hpc.config import ExperimentConfig, load_config
 from hargo_hpc.train import early_stop
 
 
 def _config(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:
-    try:
-        config = load_config(job, list(overrides))
-    except ConfigError as err:
-        raise UsageFailure(str(err)) from None
+    config = load_config(job, list(overrides))
     if config.sweep:  # the sweep is `hargo submit`'s: one run here, the file's own values
         click.echo(f"note: {job}: [sweep] ignored ({', '.join(config.sweep)}); this trains "
                    "the file's own values (hargo submit trains every point)", err=True)
@@ -49,15 +46,6 @@ def progress_line(record: dict[str, Any], steps: int) -> str:
             f"{_fmt(record.get('timing_s/step'), '.2f')} s")
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from hargo_hpc.tasks.base import DataError
-    from hargo_hpc.train.backend.checkpoint import CheckpointError
-    from hargo_hpc.train.backend.distributed import DistributedError
-    from hargo_hpc.train.loop import TrainError
-
-    return (TrainError, CheckpointError, DistributedError, DataError, ConfigError)
-
-
 def _log(text: str) -> None:
     click.echo(text, err=True)
 
@@ -75,7 +63,7 @@ def _quiet_stdout() -> Iterator[Callable[[str], None]]:
         yield lambda line: click.echo(line, file=real)
 
 
-@click.command("train", context_settings=CONTEXT)
+@command("train")
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("--resume", is_flag=True,
@@ -92,16 +80,13 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     from hargo_hpc.train import loop
 
     steps, every = cfg.training.steps, cfg.training.log_every
-    try:
-        with _quiet_stdout() as echo:
-            def show(record: dict[str, Any]) -> None:
-                if record["step"] % every == 0 or record["step"] == steps:
-                    echo(progress_line(record, steps))
+    with _quiet_stdout() as echo:
+        def show(record: dict[str, Any]) -> None:
+            if record["step"] % every == 0 or record["step"] == steps:
+                echo(progress_line(record, steps))
 
-            result = loop.train(cfg, resume=resume, log=_log, on_step=show,
-                                progress=sys.stderr.isatty())
-    except _user_errors() as err:
-        raise UsageFailure(str(err)) from None
+        result = loop.train(cfg, resume=resume, log=_log, on_step=show,
+                            progress=sys.stderr.isatty())
     if result.already_finished:
         click.echo(f"run {result.run_dir} finished already at step {result.step}")
     click.echo(f"metrics: {result.metrics}")
@@ -113,7 +98,7 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     click.echo(f"export: {result.export}")
 
 
-@click.command("sft", context_settings=CONTEXT)
+@command("sft")
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("--resume", is_flag=True,
@@ -129,13 +114,10 @@ def sft(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     from hargo_hpc.train import loop
 
     steps = cfg.sft.steps
-    try:
-        with _quiet_stdout() as echo:
-            result = loop.sft_run(cfg, resume=resume, log=_log, on_step=lambda r: echo(
-                f"sft step {r['step']}/{steps}  loss {r['loss']:.4f}  "
-                f"tokens {int(r['tokens'])}  {r['timing_s/step']:.2f} s"))
-    except _user_errors() as err:
-        raise UsageFailure(str(err)) from None
+    with _quiet_stdout() as echo:
+        result = loop.sft_run(cfg, resume=resume, log=_log, on_step=lambda r: echo(
+            f"sft step {r['step']}/{steps}  loss {r['loss']:.4f}  "
+            f"tokens {int(r['tokens'])}  {r['timing_s/step']:.2f} s"))
     if result.already_finished:
         click.echo(f"{result.run_dir}: SFT finished already; nothing to do")
         return

@@ -1,7 +1,5 @@
-"""Settings of the evaluation: the `[eval]` section of an experiment file.
-
-Owned by `hargo_hpc.eval`; `hargo_hpc.config` composes it. Pure pydantic, no torch. The
-options of `hargo eval` override them for one call.
+"""The evaluation's section of a job file, `[eval]`; the options of `hargo eval` override it
+for one call. Pure pydantic, no torch.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.config import ConfigError, load_config
+from hargo_hpc.cli.support import command, one_line
+from hargo_hpc.config import load_config
 
 if TYPE_CHECKING:
     from hargo_hpc.slurm.submission import Plan
@@ -24,17 +24,15 @@ def _plan(job: str, overrides: tuple[str, ...], python: str | None = None,
     anything is written)."""
     from hargo_hpc.slurm.submission import plan_submission, render_job
 
-    try:
-        plan = plan_submission(load_config(job, list(overrides)), job, python=python,
-                               config_dir=config_dir)
+    config = load_config(job, list(overrides))
+    with one_line(ValueError, FileNotFoundError):  # a site template's error
+        plan = plan_submission(config, job, python=python, config_dir=config_dir)
         for planned in plan.jobs:
             render_job(plan, planned)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
-        raise UsageFailure(str(err)) from None
     return plan
 
 
-@click.command("render", context_settings=CONTEXT)
+@command("render")
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), required=True,
@@ -55,7 +53,7 @@ def render(job: str, overrides: tuple[str, ...], out_dir: str) -> None:
     click.echo(graph(plan))
 
 
-@click.command("submit", context_settings=CONTEXT)
+@command("submit")
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="print the scripts and the graph; submit nothing")
@@ -73,7 +71,7 @@ def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
     training array (one task per [sweep] point), the bench worker array, then the evaluation,
     report and stop jobs chained after them. Writes <run.dir>/<run.name>/ (run.json, scripts/
     as `hargo render` writes them, submitit/ with each job's logs, handoff/, the runs)."""
-    from hargo_hpc.slurm.submission import SubmitError, graph, render_job
+    from hargo_hpc.slurm.submission import graph, render_job
     from hargo_hpc.slurm.submitter import submit_plan
 
     plan = _plan(job, overrides, python=sys.executable if executor == "local" else None)
@@ -84,11 +82,8 @@ def submit(job: str, overrides: tuple[str, ...], dry_run: bool, executor: str,
         click.echo("# ---- dependency graph")
         click.echo(graph(plan))
         return
-    try:
-        manifest = submit_plan(plan, "local" if executor == "local" else "slurm",
-                               log=lambda line: click.echo(line, err=True), resume=resume)
-    except SubmitError as err:
-        raise UsageFailure(str(err)) from None
+    manifest = submit_plan(plan, "local" if executor == "local" else "slurm",
+                           log=lambda line: click.echo(line, err=True), resume=resume)
     click.echo(f"submission: {manifest.root}")
     if wait and executor == "slurm":
         from hargo_hpc.slurm.watch import wait_for

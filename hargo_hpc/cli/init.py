@@ -10,11 +10,11 @@ from pathlib import Path
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.examples import ExamplesError, copy_example_jobs
+from hargo_hpc.cli.support import command
+from hargo_hpc.examples import copy_example_jobs
 
 
-@click.command("init", context_settings=CONTEXT)
+@command("init")
 @click.argument("directory", type=click.Path())
 @click.option("--force", is_flag=True, help="overwrite example files that already exist")
 @click.option("--templates", is_flag=True,
@@ -25,10 +25,7 @@ def init(directory: str, force: bool, templates: bool) -> None:
 
     Refuses, writing nothing, when one of them exists already, unless --force.
     """
-    try:
-        written = copy_example_jobs(directory, force=force, templates=templates)
-    except ExamplesError as err:
-        raise UsageFailure(str(err)) from None
+    written = copy_example_jobs(directory, force=force, templates=templates)
     for path in written:
         click.echo(f"wrote {path}")
     click.echo(f"next: hargo config validate {written[0]}")

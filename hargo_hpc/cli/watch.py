@@ -14,11 +14,9 @@ from typing import Any
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.handoff.errors import HandoffError
+from hargo_hpc.cli.support import UsageFailure, command, one_line
 from hargo_hpc.slurm import watch
-from hargo_hpc.slurm.jobs import SlurmError
-from hargo_hpc.slurm.manifest import Manifest, ManifestError, load_manifest
+from hargo_hpc.slurm.manifest import Manifest, load_manifest
 
 _RUN_DIR = click.Path(file_okay=False)
 
@@ -29,7 +27,7 @@ class NothingYet(UsageFailure):
     exit_code = 1
 
 
-@click.command("status", context_settings=CONTEXT)
+@command("status")
 @click.argument("run_dir", type=_RUN_DIR)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 def status(run_dir: str, as_json: bool) -> None:
@@ -39,17 +37,17 @@ def status(run_dir: str, as_json: bool) -> None:
     the files: each run's last step and reward (metrics.jsonl), whether it finished, and the
     handoff's open steps, pending benchmarks and live workers.
     """
-    manifest = _manifest(run_dir)
+    manifest = load_manifest(run_dir)
     found = _call(watch.status, manifest)
     click.echo(json.dumps(found.to_dict(), indent=2) if as_json else watch.format_status(found))
 
 
-@click.command("cancel", context_settings=CONTEXT)
+@command("cancel")
 @click.argument("run_dir", type=_RUN_DIR)
 def cancel(run_dir: str) -> None:
     """Stop the submission in RUN_DIR: write the handoff's stop sentinel, then scancel every
     job of it (one scancel). Safe to repeat, and on a finished submission."""
-    manifest = _manifest(run_dir)
+    manifest = load_manifest(run_dir)
     cancelled = _call(watch.cancel, manifest)
     if manifest.handoff_dir:
         click.echo(f"stop sentinel written in {manifest.handoff_dir}")
@@ -62,7 +60,7 @@ def cancel(run_dir: str) -> None:
         click.echo("no job of this submission was submitted: nothing to scancel")
 
 
-@click.command("logs", context_settings=CONTEXT)
+@command("logs")
 @click.argument("run_dir", type=_RUN_DIR)
 @click.option("--job", "job", metavar="NAME", help="only this job (train, bench, eval, ...)")
 @click.option("--task", "task", type=click.IntRange(min=0), metavar="I",
@@ -72,7 +70,7 @@ def cancel(run_dir: str) -> None:
 def logs(run_dir: str, job: str | None, task: int | None, follow: bool) -> None:
     """Print the Slurm output files of the submission in RUN_DIR, each after a
     `==> path <==` header; a task that has not started yet is said to have no log yet."""
-    manifest = _manifest(run_dir)
+    manifest = load_manifest(run_dir)
     paths = _call(watch.log_files, manifest, job, task)
     missing = [path for path in paths if not path.exists()]
     if not paths or (len(missing) == len(paths) and not follow):
@@ -103,16 +101,6 @@ def _echo(text: str) -> None:
     click.echo(text, nl=False)
 
 
-def _manifest(run_dir: str) -> Manifest:
-    try:
-        return load_manifest(run_dir)
-    except ManifestError as err:
-        raise UsageFailure(str(err)) from None
-
-
 def _call(function: Callable[..., Any], *args: Any) -> Any:
-    try:
+    with one_line(OSError, subprocess.TimeoutExpired):
         return function(*args)
-    except (SlurmError, HandoffError, ManifestError, ValueError, OSError,
-            subprocess.TimeoutExpired) as err:
-        raise UsageFailure(str(err)) from None

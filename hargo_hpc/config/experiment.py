@@ -1,11 +1,9 @@
-"""The experiment config: one TOML file in `jobs/`, `section.key=value` overrides, validation.
+"""The experiment file as one validated object: its sections composed, `section.key=value`
+overrides, sweeps, and the resolved copy written into a run directory.
 
-Every field has a default or a clear "missing" error; unknown keys are errors. Errors are
-:class:`ConfigError` with a one-line message naming the file, the field, the bad value and
-what is allowed. The resolved config (after overrides) is written as TOML into the run
-directory and is enough to re-run the experiment.
-
-This module must not import torch: the login node only parses configs.
+Every field has a default or a clear "missing" error; unknown keys are errors, each a
+`ConfigError` of one line naming the file, the field, the bad value and what is allowed. The
+resolved config is enough to re-run the experiment.
 """
 
 from __future__ import annotations
@@ -26,15 +24,20 @@ from hargo_hpc.algorithms.hargo_params import HargoParams
 from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
 from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.bench.settings import BenchSettings
+from hargo_hpc.config.evaluation import EvalSettings
+from hargo_hpc.config.training import (
+    ModelSection,
+    RolloutSection,
+    SftSection,
+    TrainingSection,
+)
 from hargo_hpc.errors import HargoError
-from hargo_hpc.eval.settings import EvalSettings
 from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd import SqdSettings
 from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
 from hargo_hpc.tasks.settings import RewardSettings
-from hargo_hpc.train.settings import ModelSection, RolloutSection, SftSection, TrainingSection
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
 RESOLVED_NAME = RunLayout.CONFIG

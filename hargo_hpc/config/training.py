@@ -1,8 +1,7 @@
-"""Settings of the trainer: the `[model]`, `[rollout]` and `[training]` sections of a job file.
+"""The trainer's sections of a job file: `[model]`, `[rollout]`, `[training]`, `[sft]`.
 
-Owned by `hargo_hpc.train`; `hargo_hpc.config` composes them into the experiment config. Pure
-pydantic, no torch: a login node reads these without the ML stack. What each field does in a
-run: docs/training.md.
+Pure pydantic, no torch: a login node reads these without the ML stack. What each field does
+in a run: docs/training.md.
 """
 
 from __future__ import annotations

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import click
 
-from hargo_hpc.bench.build import InfraError
 from hargo_hpc.bench.calibrate import Calibration, calibrate
 from hargo_hpc.bench.defences import DEFENCES, JUDGE_DEFENCES
 from hargo_hpc.bench.reference import kernel_source
 from hargo_hpc.bench.runner import BenchRequest, BenchResult, Problem, run_bench
 from hargo_hpc.bench.settings import BenchSettings
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.cli.support import CONTEXT, UsageFailure, group
 
 REPS_HELP = "exactly this many timed pairs (default: 5 to 63 within 150 ms of the kernel's calls)"
 
@@ -30,7 +29,7 @@ def _settings(size: int | None, reps: int | None, threads: int | None) -> BenchS
     return BenchSettings(**update)
 
 
-@click.group(context_settings=CONTEXT)
+@group()
 def bench() -> None:
     """Compile and time generated DGEMM kernels in a sandbox (see docs/bench.md)."""
 
@@ -94,10 +93,7 @@ def calibrate_cmd(
 ) -> None:
     """Time the shipped kernels against the reference DGEMM (OpenBLAS); store the roof."""
     settings = _settings(size, reps, threads)
-    try:
-        done = calibrate(settings, Problem.from_dict(None, settings), cache_dir=cache_dir)
-    except InfraError as err:
-        raise UsageFailure(str(err)) from None
+    done = calibrate(settings, Problem.from_dict(None, settings), cache_dir=cache_dir)
     for line in calibration_lines(done):
         click.echo(line)
 

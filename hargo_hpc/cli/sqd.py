@@ -9,15 +9,15 @@ from pathlib import Path
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.config import ConfigError, load_config
+from hargo_hpc.cli.support import CONTEXT, UsageFailure, group, one_line
+from hargo_hpc.config import load_config
 from hargo_hpc.files import read_jsonl
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd.report import PLOT, plot, report_text, schedule_text
-from hargo_hpc.sqd.schedule import RESULTS, STATE, SqdError, load_state_file
+from hargo_hpc.sqd.schedule import RESULTS, STATE, load_state_file
 
 
-@click.group("sqd", context_settings=CONTEXT)
+@group("sqd")
 def sqd() -> None:
     """Staged Quality-Diversity: the schedule of an experiment, the report of a run."""
 
@@ -27,10 +27,7 @@ def sqd() -> None:
 @click.argument("overrides", nargs=-1)
 def stages(job: str, overrides: tuple[str, ...]) -> None:
     """Print JOB's SQD stages (permitted, forbidden, required techniques) and its rule."""
-    try:
-        config = load_config(job, list(overrides))
-    except ConfigError as err:
-        raise UsageFailure(str(err)) from None
+    config = load_config(job, list(overrides))
     click.echo(schedule_text(config.sqd))
 
 
@@ -43,10 +40,9 @@ def report(run_dir: str) -> None:
     if not (directory / STATE).is_file():
         raise UsageFailure(f"{directory / STATE}: no such file; was {run_dir} trained with "
                            "sqd.enabled?")
-    try:
-        state = load_state_file(directory / STATE)
+    state = load_state_file(directory / STATE)  # SqdError naming the file
+    with one_line(KeyError, TypeError, IndexError, json.JSONDecodeError,
+                  prefix=f"{directory}: "):
         results = read_jsonl(directory / RESULTS)
         click.echo(report_text(state, results))
-    except (SqdError, KeyError, TypeError, IndexError, json.JSONDecodeError) as err:
-        raise UsageFailure(f"{directory}: {err}") from None
     click.echo(f"plot: {plot(results, state['stages'], directory / PLOT)}")

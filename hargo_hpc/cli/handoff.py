@@ -16,9 +16,8 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.cli.support import CONTEXT, UsageFailure, command, group
 from hargo_hpc.handoff import retention, schema
-from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.status import gather, render
 from hargo_hpc.handoff.trainer import Trainer
@@ -26,7 +25,7 @@ from hargo_hpc.handoff.trainer import Trainer
 _DIR = click.Path(file_okay=False)
 
 
-@click.group(context_settings=CONTEXT)
+@group()
 def handoff() -> None:
     """Inspect and maintain a handoff directory (trainer <-> bench workers)."""
 
@@ -37,7 +36,7 @@ def handoff() -> None:
 @click.option("--all-workers", is_flag=True, help="also list workers that are gone")
 def handoff_status(directory: str, as_json: bool, all_workers: bool) -> None:
     """Queued / claimed / done / failed per step, live workers, oldest pending request."""
-    status = _call(gather, directory)
+    status = gather(directory)
     if as_json:
         click.echo(json.dumps(status.to_dict(), indent=2))
     else:
@@ -52,9 +51,9 @@ def handoff_compact(directory: str, steps: tuple[int, ...]) -> None:
     """Merge the results of closed steps into one file each."""
     _require_dir(directory)
     if steps:
-        done = [_call(retention.compact, directory, step) for step in steps]
+        done = [retention.compact(directory, step) for step in steps]
     else:
-        done = _call(retention.compact_closed, directory)
+        done = retention.compact_closed(directory)
     for item in done:
         extra = f", {item.skipped} unreadable skipped" if item.skipped else ""
         click.echo(f"step {item.step}: {item.results} results, {item.duplicates} duplicates, "
@@ -71,7 +70,7 @@ def handoff_compact(directory: str, steps: tuple[int, ...]) -> None:
 def handoff_prune(directory: str, keep: int, dry_run: bool) -> None:
     """Delete old closed steps; steps a trainer has not closed are never deleted."""
     _require_dir(directory)
-    pruned, left = _call(retention.prune, directory, keep, dry_run=dry_run)
+    pruned, left = retention.prune(directory, keep, dry_run=dry_run)
     verb = "would prune" if dry_run else "pruned"
     click.echo(f"{verb} {len(pruned)} step(s)" + (f": {_steps(pruned)}" if pruned else ""))
     if left:
@@ -83,8 +82,8 @@ def handoff_prune(directory: str, keep: int, dry_run: bool) -> None:
 @click.option("--reason", default="stopped by hand", show_default=True)
 def handoff_stop(directory: str, reason: str) -> None:
     """Write the stop sentinel: every worker exits at its next look."""
-    trainer = _call(Trainer, directory, create=False, progress=False)
-    _call(trainer.stop, reason)
+    trainer = Trainer(directory, create=False, progress=False)
+    trainer.stop(reason)
     click.echo(f"stop sentinel written in {directory}")
 
 
@@ -96,7 +95,7 @@ def handoff_schema(kind: str | None) -> None:
     click.echo(json.dumps(schemas[kind] if kind else schemas, indent=2))
 
 
-@click.command("worker", context_settings=CONTEXT)
+@command("worker")
 @click.option("--handoff", "directory", type=_DIR, required=True, help="the handoff directory")
 @click.option("--max-idle", type=click.FloatRange(min=0, min_open=True),
               help="exit after this many seconds without work [handoff.worker_max_idle_s]")
@@ -150,16 +149,12 @@ def worker(
     except ValidationError as err:
         raise UsageFailure(schema.first_error(err, "--max-idle/--lease")) from None
     cache_dir = (bench.cache_dir or None) if bench is not None else None
-    run = _load_workload(workload) if workload else _call(bench_workload, bench, cache_dir)
-    try:
-        stopped = Worker(
-            directory, run, settings=settings,
-            threads=threads or settings.worker_threads,
-            max_requests=max_requests, worker_id=worker_id,
-            idle_from_first_step=idle_from_first_step,
-        ).run()
-    except HandoffError as err:
-        raise UsageFailure(str(err)) from None
+    run = _load_workload(workload) if workload else bench_workload(bench, cache_dir)
+    stopped = Worker(
+        directory, run, settings=settings, threads=threads or settings.worker_threads,
+        max_requests=max_requests, worker_id=worker_id,
+        idle_from_first_step=idle_from_first_step,
+    ).run()
     click.echo(f"worker stopped: {stopped}", err=True)
     if stopped.failed:  # a workload thread crashed, or the harness fails: exit status 1
         sys.exit(1)
@@ -168,12 +163,9 @@ def worker(
 def _settings(job: str | None) -> tuple[HandoffSettings, Any]:
     if not job:
         return HandoffSettings(), None
-    from hargo_hpc.config import ConfigError, load_config
+    from hargo_hpc.config import load_config
 
-    try:
-        config = load_config(job)
-    except ConfigError as err:
-        raise UsageFailure(str(err)) from None
+    config = load_config(job)
     return config.handoff, config.bench
 
 
@@ -191,13 +183,6 @@ def _load_workload(spec: str) -> Any:
 def _require_dir(directory: str) -> None:
     if not Path(directory).is_dir():
         raise UsageFailure(f"handoff directory {directory} does not exist")
-
-
-def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return function(*args, **kwargs)
-    except (HandoffError, ValueError) as err:
-        raise UsageFailure(str(err)) from None
 
 
 def _steps(steps: list[int]) -> str:

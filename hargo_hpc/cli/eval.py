@@ -15,15 +15,15 @@ from typing import Any
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.tasks.base import DataError, Example, Task
+from hargo_hpc.cli.support import CONTEXT, HargoGroup, UsageFailure, group, one_line
+from hargo_hpc.tasks.base import Example, Task
 from hargo_hpc.tasks.winrate import DEFAULT_MARGIN
 
 TEXT_FIELDS = ("instruction", "input")  # optional strings
 REQUIRED = ("output", "prediction")
 
 
-class _EvalGroup(click.Group):
+class _EvalGroup(HargoGroup):
     """`hargo eval TARGET [OPTIONS]` runs the `model` subcommand: a first argument that is no
     subcommand's name is the model or run directory to evaluate."""
 
@@ -37,7 +37,7 @@ class _EvalGroup(click.Group):
         formatter.write_usage("hargo eval", "MODEL_OR_RUN_DIR [OPTIONS] | COMMAND [ARGS]...")
 
 
-@click.group("eval", cls=_EvalGroup, context_settings=CONTEXT)
+@group("eval", cls=_EvalGroup)
 def eval_group() -> None:
     """Evaluate a model or a run on the held-out split (`hargo eval MODEL_OR_RUN_DIR`, see
     `hargo eval model --help`); compare two evaluations, paired; score a predictions file;
@@ -84,7 +84,6 @@ def model(target: str, task_names: str, split: str, limit: int | None, baseline:
     against the baseline. Writes OUT/metrics.json (read by `hargo report`),
     OUT/predictions/<task>.jsonl (the format `hargo eval score` reads) and OUT/table.md."""
     from hargo_hpc.eval.evaluate import (
-        EvalError,
         baseline_target,
         evaluate,
         format_table,
@@ -92,21 +91,18 @@ def model(target: str, task_names: str, split: str, limit: int | None, baseline:
     )
 
     names = [t.strip() for t in task_names.split(",") if t.strip()]
-    try:
-        evaluated = resolve_target(target, out=out, tasks=names or None)
-        if stage is not None and out is None:  # beside the plain prompt's, not over it
-            evaluated = resolve_target(target, out=f"{evaluated.out}-{stage}",
-                                       tasks=names or None)  # fmt: skip
-        base = None if baseline is None else baseline_target(baseline, evaluated)
-        settings = evaluated.config.eval
-        metrics = evaluate(
-            evaluated, split=split, limit=limit or settings.max_examples or None,
-            baseline=base, judge=judge_spec or settings.judge,
-            sample=settings.sample if sample is None else sample,
-            batch_size=batch_size or settings.batch_size, local_workers=local_workers,
-            stage=stage, log=lambda line: click.echo(line, err=True))
-    except EvalError as err:
-        raise UsageFailure(str(err)) from None
+    evaluated = resolve_target(target, out=out, tasks=names or None)
+    if stage is not None and out is None:  # beside the plain prompt's, not over it
+        evaluated = resolve_target(target, out=f"{evaluated.out}-{stage}",
+                                   tasks=names or None)  # fmt: skip
+    base = None if baseline is None else baseline_target(baseline, evaluated)
+    settings = evaluated.config.eval
+    metrics = evaluate(
+        evaluated, split=split, limit=limit or settings.max_examples or None,
+        baseline=base, judge=judge_spec or settings.judge,
+        sample=settings.sample if sample is None else sample,
+        batch_size=batch_size or settings.batch_size, local_workers=local_workers,
+        stage=stage, log=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(metrics) if as_json else format_table(metrics), nl=as_json)
     if not as_json:
         click.echo(f"wrote {evaluated.out}/metrics.json, table.md, predictions/")
@@ -121,13 +117,9 @@ def compare(eval_a: str, eval_b: str, as_json: bool) -> None:
     A and B are two evaluations (`hargo eval`'s output directories, or run directories) of
     the same held-out examples, e.g. two methods of one sweep. A change whose interval
     excludes 0 is marked *."""
-    from hargo_hpc.eval.evaluate import EvalError
     from hargo_hpc.eval.paired_runs import compare_evaluations
 
-    try:
-        found = compare_evaluations(Path(eval_a), Path(eval_b))
-    except EvalError as err:
-        raise UsageFailure(str(err)) from None
+    found = compare_evaluations(Path(eval_a), Path(eval_b))
     if as_json:
         click.echo(json.dumps({task: {k: v.to_json() for k, v in keys.items()}
                                for task, keys in found.items()}))
@@ -150,10 +142,7 @@ def score(task_name: str, predictions: str, as_json: bool) -> None:
     task = _task(task_name)
     records = _read(predictions)
     examples = _examples(task, records, predictions)
-    try:
-        metrics = task.metrics(examples, [r["prediction"] for r in records])
-    except DataError as err:
-        raise UsageFailure(str(err)) from None
+    metrics = task.metrics(examples, [r["prediction"] for r in records])
     _show(metrics, as_json, f"{task.name}: {len(records)} predictions in {predictions}")
 
 
@@ -177,12 +166,10 @@ def winrate(file_a: str, file_b: str, task_name: str, judge_spec: str, margin: f
     examples = _examples(task, records_a, file_a)
     _examples(task, records_b, file_b)
     _same_records(records_a, records_b, file_a, file_b)
-    try:
+    with one_line(ValueError):  # a bad judge spec
         judge = make_judge(judge_spec, task, margin)
-        result = win_rate(examples, [r["prediction"] for r in records_a],
-                          [r["prediction"] for r in records_b], judge)
-    except (DataError, ValueError) as err:
-        raise UsageFailure(str(err)) from None
+    result = win_rate(examples, [r["prediction"] for r in records_a],
+                      [r["prediction"] for r in records_b], judge)
     _show(result.as_dict(), as_json, f"{task.name}: {file_a} (A) against {file_b} (B), "
                                      f"judge {judge_spec}")
 

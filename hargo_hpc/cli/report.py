@@ -15,11 +15,10 @@ from pathlib import Path
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
+from hargo_hpc.cli.support import UsageFailure, command
 from hargo_hpc.files import unlink_quietly, write_atomic
 from hargo_hpc.report.table import (
     MethodTable,
-    ReportError,
     legend_markdown,
     load_runs,
     method_table,
@@ -53,10 +52,7 @@ def write_report(run_dirs: list[str], out: Path, against: str | None = None
     from hargo_hpc.report.plots import DESCRIPTIONS, PLOT_FILES, plot_notes, write_plots
     from hargo_hpc.report.seeds import pooled_vs_baseline, pooled_vs_reference
 
-    try:
-        runs = load_runs(run_dirs)
-    except ReportError as err:
-        raise UsageFailure(str(err)) from None
+    runs = load_runs(run_dirs)
     table = method_table(runs)
     table = table._replace(notes=[*table.notes, *plot_notes(runs)],
                            pooled=tuple(pooled_vs_baseline(runs)))
@@ -79,7 +75,7 @@ def write_report(run_dirs: list[str], out: Path, against: str | None = None
     return table, [out / MARKDOWN, out / JSON, *images, out / PAGE]
 
 
-@click.command("report", context_settings=CONTEXT)
+@command("report")
 @click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True)
 @click.option("-o", "--output", "output", default="report", show_default=True,
               type=click.Path(file_okay=False),

@@ -7,12 +7,11 @@ from typing import Any
 
 import click
 
-from hargo_hpc.cli_support import CONTEXT, UsageFailure
-from hargo_hpc.tasks.base import DataError
+from hargo_hpc.cli.support import CONTEXT, UsageFailure, group
 from hargo_hpc.tasks.names import PROMPT_FORMATS
 
 
-@click.group(context_settings=CONTEXT)
+@group()
 def data() -> None:
     """Inspect task data: sizes, label balance, answer lengths, the prompts (docs/data.md)."""
 
@@ -30,10 +29,7 @@ def stats_command(path: str, task: str | None, as_json: bool) -> None:
     """
     from hargo_hpc.tasks import stats
 
-    try:
-        found = stats.collect_stats(path, task)
-    except DataError as err:
-        raise UsageFailure(str(err)) from None
+    found = stats.collect_stats(path, task)
     if as_json:
         click.echo(json.dumps(stats.as_json(found), indent=2))
     else:
@@ -54,21 +50,15 @@ def show_command(task: str, path: str, count: int, prompt_format: str, model: st
     from hargo_hpc.tasks.prompts import build_prompt, resolve_format
     from hargo_hpc.tasks.registry import get_task
 
-    try:
-        instance = get_task(task)
-    except ValueError as err:
-        raise UsageFailure(str(err)) from None
+    instance = get_task(task)
     tokenizer = _tokenizer(model) if model else None
     try:
         resolved = resolve_format(prompt_format, tokenizer)
     except ValueError as err:
         hint = " (give --model DIR)" if tokenizer is None else ""
         raise UsageFailure(f"{err}{hint}") from None
-    try:
-        examples = load_examples(instance, path, max_items=count,
-                                 log=lambda line: click.echo(line, err=True))
-    except DataError as err:
-        raise UsageFailure(str(err)) from None
+    examples = load_examples(instance, path, max_items=count,
+                             log=lambda line: click.echo(line, err=True))
     for number, example in enumerate(examples, start=1):
         prompt = build_prompt(instance.user_text(example), resolved, tokenizer)
         click.echo(f"===== {number}/{len(examples)} {example.id} ({resolved}) =====")
