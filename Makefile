@@ -1,4 +1,4 @@
-# hargo-hpc: every target is documented in README.md ("Makefile targets").
+# hargo-hpc: every target is documented in docs/setup.md ("Makefile targets").
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help

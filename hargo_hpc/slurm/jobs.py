@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import time
 from pathlib import Path
 
 from hargo_hpc.errors import HargoError
@@ -45,18 +44,6 @@ def sacct_states(job_id: str) -> dict[str, str]:
         job, _, state = line.partition("|")
         states[job] = state.split()[0] if state else "UNKNOWN"  # "CANCELLED by 0"
     return states
-
-
-def wait_finished(job_id: str, count: int, timeout: float = 300) -> dict[str, str]:
-    """Poll sacct until `count` entries of the job are finished; return their states."""
-    end = time.monotonic() + timeout
-    while True:
-        states = sacct_states(job_id)
-        if sum(state in FINISHED for state in states.values()) >= count:
-            return states
-        if time.monotonic() > end:
-            raise SlurmError(f"job {job_id}: not finished after {timeout:.0f}s: {states}")
-        time.sleep(0.5)
 
 
 def write_script(text: str, path: str | os.PathLike[str]) -> Path:

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from hargo_hpc.bench import BenchRequest, Problem, run_bench, run_request
 from hargo_hpc.bench.calibrate import REFERENCE_KERNELS, kernel_source
+from hargo_hpc.bench.reward import shaped_reward
 from hargo_hpc.bench.roof import load_roof, roof_file
 from hargo_hpc.cli.bench import bench
 
@@ -114,30 +115,28 @@ def test_compile_errors_are_cached_too(settings, tmp_path, run_tmp) -> None:
     assert again["status"] == "compile_error" and again["cache_hit"]
 
 
-def test_far_above_the_reference_is_ok_and_rewarded_above_100(settings, cache_dir,
-                                                              run_tmp) -> None:  # fmt: skip
-    """A kernel much faster than a slow reference (blocked against the shipped naive one) is ok
-    and earns more than the reference's 100: speed above the reference is not suspicious; only
-    the opt-in `reference_margin` makes it so. At 256 naive's strided walk of B leaves the caches
-    (blocked is 5.3-5.5x it, measured); at 96 it fit them, blocked was ~1.9x and once, on a busy
-    machine, 1.03x."""
+def test_faster_than_the_reference_is_ok_and_rewarded_by_its_ratio(settings, cache_dir,
+                                                                 run_tmp) -> None:  # fmt: skip
+    """A kernel faster than a slow reference (blocked against the shipped naive one, 5.3-5.5x it
+    at 256, measured) is ok and earns the shaped reward of its ratio, above 100 where the ratio
+    is above 1: speed above the reference is not suspicious; only the opt-in `reference_margin`
+    makes it so. No speed is asserted here (a shared CPU may slow either side): the benchmark
+    scripts own speed, `test_reward.py` the reward's shape."""
     slow_ref = settings.model_copy(update={"reference": "naive", "reference_margin": None,
                                            "size": 256})  # fmt: skip
     rec = run_request({"id": "s", "completion": kernel_source("blocked")}, slow_ref,
                       cache_dir=cache_dir)  # fmt: skip
     assert rec["reference"] == "kernel:naive" == rec["reference_kernel"]
     assert rec["reference_coretype"] == ""
-    assert rec["status"] == "ok" and rec["ratio"] > 1.1, rec
-    assert not rec["suspicious"] and rec["reward"] == pytest.approx(
-        100 * (2 - 1 / rec["ratio"]), rel=1e-4)
-    assert rec["reward"] > 100
-    # the opt-in check compares the median GFLOPS with margin x the reference's BEST GFLOPS,
-    # not the paired ratio: a margin of 0.5 flags this kernel however the two timings wobble
-    # (1.1 did not, once in twenty: median g 1.1x the naive median is not 1.1x its best)
-    opt_in = slow_ref.model_copy(update={"reference_margin": 0.5})
+    assert rec["status"] == "ok" and not rec["suspicious"], rec
+    expected = shaped_reward(rec["gflops"]["median"], rec["ratio"], slow_ref)
+    assert rec["reward"] == pytest.approx(expected, rel=1e-4)
+    assert (rec["reward"] > 100) == (rec["ratio"] > 1)
+    # the opt-in check compares the median GFLOPS with margin x the reference's best GFLOPS:
+    # at a thousandth of it, any ok kernel is flagged, however the two timings wobble
+    opt_in = slow_ref.model_copy(update={"reference_margin": 1e-3})
     rec = run_request({"id": "s2", "completion": kernel_source("blocked")}, opt_in,
                       cache_dir=cache_dir)  # fmt: skip
-    assert rec["status"] == "ok" and rec["ratio"] > 1.1, rec
     assert rec["suspicious"] and rec["reward"] == 0.0 and "reference_margin" in rec["reason"]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,17 +55,3 @@ def running_workers(
             thread.join(timeout=10)
         assert not any(t.is_alive() for t in threads), "a worker did not stop"
         Trainer(root, settings, progress=False).clear_stop()
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, every: float = 0.02) -> bool:
-    """Poll `predicate` until it is true or `timeout` seconds have passed; whether it became true.
-
-    The one way these tests wait: for a condition, with a deadline, never a bare sleep.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(every)

@@ -11,13 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
+from waiting import wait_until
 
 from hargo_hpc.cli.handoff import handoff, worker
 from hargo_hpc.handoff import HandoffSettings, Trainer, retention
 from hargo_hpc.handoff.errors import HandoffError
 from hargo_hpc.handoff.layout import Layout
 
-from .conftest import HERE, make_requests, running_workers, wait_for
+from .conftest import HERE, make_requests, running_workers
 from .doubles import noop_workload_double
 
 
@@ -122,7 +123,7 @@ def test_status_lists_live_workers_with_their_heartbeat(
     with running_workers(root, noop_workload_double, fast, count=2, worker_id="slurm9_1-cn1-pid7"):
         # What the test needs is two live workers in the status, not two names in workers/
         # (the directory may not exist yet, and a listing also shows the heartbeats' temp files).
-        assert wait_for(lambda: live() == 2, timeout=10), "two live workers within 10 s"
+        wait_until(lambda: live() == 2, 10, "two live workers", poll=0.02)
         status = status_module.gather(root)
         # Heartbeats are rewritten every 0.5 s, so an age read at a random moment is 0-0.6 s and
         # may round to "1 s". Show the CLI the moment of the older heartbeat: ages are then 0.

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
+from waiting import wait_until
 
 from hargo_hpc.cli.handoff import worker as worker_command
 from hargo_hpc.handoff import HandoffError, HandoffSettings, Trainer, Worker, atomic, retention
@@ -21,6 +22,7 @@ from hargo_hpc.handoff import trainer as trainer_module
 from hargo_hpc.handoff.claims import ClaimIndex, LeaseObserver, scan_claims
 from hargo_hpc.handoff.exits import Exit, ExitReason
 from hargo_hpc.handoff.layout import Layout
+from hargo_hpc.handoff.steps import StepState
 
 from .conftest import make_requests, running_workers
 from .doubles import CountingWorkloadDouble, noop_workload_double
@@ -49,6 +51,12 @@ def _failing_once(real: Callable[..., Any], match: Callable[[str], bool], err: O
         return real(path, *args, **kwargs)
 
     return flaky
+
+
+def _sees_closed(worker: Worker, step: int) -> bool:
+    """Whether `worker`'s step catalogue holds `step` as closed (read, not listed again)."""
+    entry = worker.catalogue._entries.get(step)
+    return entry is not None and entry.state is StepState.CLOSED
 
 
 def _start(worker: Worker) -> tuple[threading.Thread, dict[str, Exit]]:
@@ -364,8 +372,7 @@ def test_transient_read_error_never_quarantines_a_valid_result(
     trainer = Trainer(root, fast, progress=False)
     trainer.submit(1, make_requests(1))
     with running_workers(root, noop_workload_double, fast, count=1):
-        while not Layout(root).result(1, "r00000").exists():
-            time.sleep(0.01)
+        wait_until(Layout(root).result(1, "r00000").exists, 10, "the result", poll=0.01)
     real, fired = trainer_module.read_json, []
 
     def eio(path: Path) -> dict:
@@ -409,10 +416,8 @@ def test_a_worker_that_found_the_step_complete_sees_the_quarantine_at_once(root:
     layout.claim(1, "r00000", 1).write_text("")
     layout.result(1, "r00000").write_text('{"kind": "result", "version": 1, "attempt": 1}')
     with running_workers(root, CountingWorkloadDouble(), settings, count=1) as (worker,):
-        deadline = time.monotonic() + 10
-        while worker.counts["scans"] < 1:  # it has seen the step complete
-            assert time.monotonic() < deadline, "the worker never scanned"
-            time.sleep(0.01)
+        wait_until(lambda: worker.counts["scans"] >= 1, 10,
+                   "a scan of the worker (it has seen the step complete)", poll=0.01)
         started = time.monotonic()
         record = trainer.collect(1, timeout=10)["r00000"]
     assert record["status"] == "ok", record
@@ -441,10 +446,11 @@ def test_claim_whose_content_cannot_be_written_is_still_held(
 def test_pruned_step_submitted_again_is_served(root: Path, fast: HandoffSettings) -> None:
     trainer = Trainer(root, fast, progress=False)
     workload = CountingWorkloadDouble()
-    with running_workers(root, workload, fast, count=1):
+    with running_workers(root, workload, fast, count=1) as (worker,):
         trainer.submit(1, make_requests(3))
         trainer.collect(1)
-        time.sleep(0.1)  # the worker sees step 1 closed
+        wait_until(lambda: _sees_closed(worker, 1), 10, "the worker saw step 1 closed",
+                   poll=0.02)
         trainer.submit(2, make_requests(1, "b"))
         trainer.collect(2)
         assert retention.prune(root, keep=1) == ([1], [])
@@ -486,8 +492,9 @@ def test_idle_worker_does_not_rescan_finished_steps(root: Path, fast: HandoffSet
     for step in (1, 2):
         trainer.submit(step, make_requests(50, f"s{step}-"))
     with running_workers(root, noop_workload_double, fast, count=1):
-        while sum(len(os.listdir(Layout(root).results(s))) for s in (1, 2)) < 100:
-            time.sleep(0.01)  # every result is there; the trainer never closes the steps
+        # every result is there; the trainer never closes the steps
+        wait_until(lambda: sum(len(os.listdir(Layout(root).results(s))) for s in (1, 2))
+                   == 100, 30, "the 100 results of steps 1 and 2", poll=0.01)
     worker = Worker(root, noop_workload_double, settings=fast, handle_signals=False,
                     max_idle_s=1.0)
     thread, _ = _start(worker)

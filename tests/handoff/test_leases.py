@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+from waiting import wait_until
+
 from hargo_hpc.handoff import HandoffSettings, Trainer, Worker
 from hargo_hpc.handoff.claims import Attempts, LeaseObserver, scan_claims
 from hargo_hpc.handoff.layout import Layout
@@ -87,7 +89,8 @@ def test_slow_holder_on_a_skewed_node_keeps_its_claims(root: Path) -> None:
                           max_idle_s=30)
     thread = threading.Thread(target=holder.run, daemon=True)
     thread.start()
-    time.sleep(0.3)  # the holder has claimed everything
+    wait_until(lambda: len(scan_claims(Layout(root).claims(0))) == 6, 10,
+               "the holder claimed all 6 requests", poll=0.02)
     rival = CountingWorkloadDouble()
     with running_workers(root, rival, settings, count=2):
         results = trainer.collect(0, timeout=15)

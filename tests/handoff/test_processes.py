@@ -14,12 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from hargo_hpc.handoff import HandoffSettings, Trainer, worker_id_from_env
 from hargo_hpc.handoff.claims import scan_claims
 from hargo_hpc.handoff.layout import Layout
 
-from .conftest import HERE, make_requests, running_workers, wait_for
+from .conftest import HERE, make_requests, running_workers
 from .doubles import noop_workload_double
 
 WORKER = "from hargo_hpc.cli.handoff import worker; worker()"
@@ -140,8 +141,9 @@ def test_trainer_killed_mid_step_gets_the_same_results(root: Path, tmp_path: Pat
                             "--lease", str(settings.lease_s), env=env) for _ in range(2)]
     try:
         first = subprocess.Popen([sys.executable, "-c", trainer_code, str(root), str(first_out)])
-        assert wait_for(lambda: first_out.exists()
-                        and len(first_out.read_text().splitlines()) >= 50, 30)
+        wait_until(lambda: first_out.exists()
+                   and len(first_out.read_text().splitlines()) >= 50, 30,
+                   "the first trainer's 50 results", poll=0.02)
         first.kill()
         first.wait()
         subprocess.run([sys.executable, "-c", trainer_code, str(root), str(second_out)],
@@ -167,11 +169,13 @@ def test_signal_releases_claims_for_immediate_take_over(root: Path, signame: str
     settings = HandoffSettings(lease_s=30.0, poll_interval_s=0.02, step_timeout_s=10)
     trainer = Trainer(root, settings, progress=False)
     trainer.submit(0, make_requests(2))
+    calls = root.parent / "calls.log"
     proc = spawn_worker(root, "--workload", "doubles:sleeping_workload_double", "--threads",
-                        "2", "--lease", "30", env={"HANDOFF_DOUBLE_SLEEP_S": "30"})
+                        "2", "--lease", "30", env={"HANDOFF_DOUBLE_SLEEP_S": "30",
+                                                   "HANDOFF_DOUBLE_LOG": str(calls)})
     layout = Layout(root)
-    assert wait_for(lambda: len(scan_claims(layout.claims(0))) == 2, 15), proc.stderr
-    time.sleep(0.2)
+    wait_until(lambda: calls.exists() and len(calls.read_text().splitlines()) == 2, 15,
+               "both requests running in the worker", poll=0.02)
     proc.send_signal(getattr(signal, signame))
     assert proc.wait(timeout=5) == 0
     assert f"worker stopped: signal {signame}" in proc.stderr.read()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from hargo_hpc.handoff import HandoffError, HandoffSettings, Trainer, Worker
 from hargo_hpc.handoff.claims import scan_claims
@@ -108,14 +109,13 @@ def test_late_result_of_a_slow_worker_is_ignored_and_counted(
     slow.renew = lambda path: None  # type: ignore[method-assign]  # a stalled node
     thread = threading.Thread(target=slow.run, daemon=True)
     thread.start()
-    time.sleep(0.2)
+    wait_until(lambda: scan_claims(layout.claims(0)), 10, "the slow worker's claim", poll=0.02)
     with running_workers(root, noop_workload_double, fast, count=1) as (fast_worker,):
         record = trainer.collect(0)["r00000"]
         assert record["handoff"]["attempt"] == 2
         assert fast_worker.counts["reclaims"] == 1
-        deadline = time.monotonic() + 10
-        while not slow.counts["duplicates"] and time.monotonic() < deadline:
-            time.sleep(0.05)  # the slow worker finishes after all
+        wait_until(lambda: slow.counts["duplicates"], 10,
+                   "the slow worker's late result (it finishes after all)", poll=0.05)
     trainer.stop()
     thread.join(10)
     assert slow.counts["duplicates"] == 1
@@ -260,7 +260,8 @@ def test_stop_sentinel_releases_claims(root: Path, fast: HandoffSettings) -> Non
                     handle_signals=False)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    time.sleep(0.3)
+    wait_until(lambda: len(scan_claims(Layout(root).claims(0))) == 2, 10,
+               "the worker claimed both requests", poll=0.02)
     trainer.stop()
     thread.join(3)
     assert not thread.is_alive()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from staging import readable_copy
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = str(REPO / "scripts" / "slurm-cluster.sh")
@@ -59,8 +60,8 @@ def test_up_twice_recover_then_down_leaves_nothing(tmp_path: Path) -> None:
         assert running_pids(state) == pids  # a no-op: the same processes
 
         os.kill(pids["slurmctld"], signal.SIGKILL)  # a crash
-        time.sleep(0.5)
-        assert cluster("status", state, **ports).returncode == 1
+        wait_until(lambda: cluster("status", state, **ports).returncode == 1, 30,
+                   "the status to see slurmctld gone", poll=0.2)
         third = cluster("up", state, **ports)
         assert third.returncode == 0, third.stderr
         assert set(running_pids(state)) == set(DAEMONS)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from hargo_hpc.slurm.entrypoints import EXIT_REQUEUE, CommandFailed, HargoCommand, Resumable
 
@@ -36,12 +37,8 @@ class Requeued(BaseException):
     """What submitit's handler does after checkpoint(): requeue, then leave (`sys.exit`)."""
 
 
-def wait_for_file(path: Path, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {path} within {timeout_s:.0f} s")
-        time.sleep(0.05)
+def wait_for_file(path: Path) -> None:
+    wait_until(path.exists, 30, f"{path}", poll=0.05)
 
 
 def run_as_submitit_would(entry: Resumable, ready: Path) -> tuple[Any, float]:

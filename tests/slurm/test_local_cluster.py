@@ -11,10 +11,11 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+from waiting import wait_until
 
 from hargo_hpc.config import JobResources
 from hargo_hpc.slurm import make_executor, render_script
-from hargo_hpc.slurm.jobs import SlurmError, sbatch, wait_finished, write_script
+from hargo_hpc.slurm.jobs import FINISHED, sacct_states, sbatch, write_script
 
 pytestmark = pytest.mark.slurm
 # The jobs run this module's functions; tests/ is not importable there, so send them by value.
@@ -22,10 +23,13 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def wait_for_sacct(job_id: str, count: int, timeout: float = 90) -> dict[str, str]:
-    try:
-        return wait_finished(job_id, count, timeout)
-    except SlurmError as err:
-        pytest.fail(str(err))
+    """The states of the job's entries once `count` of them are finished."""
+    def finished() -> dict[str, str] | None:
+        states = sacct_states(job_id)
+        return states if sum(s in FINISHED for s in states.values()) >= count else None
+
+    return wait_until(finished, timeout, f"{count} finished entries of job {job_id}",
+                      poll=0.5, context=lambda: str(sacct_states(job_id)))
 
 
 def test_sbatch_array_from_template(slurm_cluster: dict[str, str], tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +40,11 @@ a line without a separator
 """
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> object:
-    """`wait_until` that shows the cluster's queue when it fails (the local cluster is shared
-    by every test session)."""
-    return wait_until(condition, timeout, what, context=lambda: "squeue:\n" + subprocess.run(
-        ["squeue"], capture_output=True, text=True, timeout=30).stdout)
+def squeue() -> str:
+    """The cluster's queue, shown when a wait fails (the local cluster is shared by every
+    test session)."""
+    return "squeue:\n" + subprocess.run(["squeue"], capture_output=True, text=True,
+                                        timeout=30).stdout
 
 
 # ---------------------------------------------------------------- parsing
@@ -542,9 +542,10 @@ def test_status_then_cancel_of_real_jobs(slurm_cluster: dict[str, str], tmp_path
     ], runs=2)
     (tmp_path / "handoff").mkdir()
     write_metrics(manifest.runs[0].dir, [{"step": 1, "reward": 0.75}])
-    wait_for(lambda: len(pgrep(marker)) >= 2, 90, "both train tasks running their loop")
-    wait_for(lambda: watch.status(manifest).jobs[0].counts() == {"RUNNING": 2}, 30,
-             "sacct reporting both train tasks RUNNING")
+    wait_until(lambda: len(pgrep(marker)) >= 2, 90, "both train tasks running their loop",
+               context=squeue)
+    wait_until(lambda: watch.status(manifest).jobs[0].counts() == {"RUNNING": 2}, 30,
+               "sacct reporting both train tasks RUNNING", context=squeue)
     result = CliRunner().invoke(status, [str(tmp_path)])
     assert result.exit_code == 0, result.output
     rows = columns(result.output)
@@ -558,10 +559,12 @@ def test_status_then_cancel_of_real_jobs(slurm_cluster: dict[str, str], tmp_path
     assert f"scancel sent to 2 job(s): train {train}, bench {bench}" in result.output
     stop = json.loads((tmp_path / "handoff" / "STOP").read_text())
     assert stop["reason"] == watch.STOP_REASON
-    final = wait_for(lambda: settled(manifest), 60, "every task in a final state after cancel")
+    final = wait_until(lambda: settled(manifest), 60,
+                       "every task in a final state after cancel", context=squeue)
     assert [job.tasks for job in final.jobs] == [
         {0: "CANCELLED", 1: "CANCELLED"}, {0: "CANCELLED"}], final
-    wait_for(lambda: not pgrep(marker), 30, f"no process of the jobs left ({marker})")
+    wait_until(lambda: not pgrep(marker), 30, f"no process of the jobs left ({marker})",
+               context=squeue)
     for i in range(2):  # killed inside the loop: it never got to its echo
         out = tmp_path / "logs" / f"w-train-{train}_{i}.out"
         assert "done" not in (out.read_text() if out.exists() else "")
@@ -578,8 +581,8 @@ def test_logs_of_a_finished_real_job(slurm_cluster: dict[str, str], tmp_path: Pa
     log = str(tmp_path / "logs" / "w-train-%A_%a.out")
     cluster_manifest(tmp_path, [JobEntry("train", "train.sh", "0-1", 2, job_id=job_id,
                                          log=log)], runs=2)
-    wait_for(lambda: watch.tasks_finished(load_manifest(tmp_path)), 90,
-             "the train job finished")
+    wait_until(lambda: watch.tasks_finished(load_manifest(tmp_path)), 90,
+               "the train job finished", context=squeue)
     runner = CliRunner()
     result = runner.invoke(logs, [str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 import torch
 from numerics import assert_same_adam_update, grad_rtol
 from safetensors.torch import load_file
+from waiting import wait_until
 
 from hargo_hpc.algorithms.presets import PRESETS
 from hargo_hpc.config import ExperimentConfig, validate_config
@@ -283,12 +283,12 @@ def test_kill_9_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(
     reference = _hargo("train", str(whole))
     victim = _hargo("train", str(cut))
     latest = tmp_path / "cut" / "checkpoints" / "latest"
-    deadline = time.monotonic() + 240
-    while not (latest.is_file() and latest.read_text() == "step_000002"):
+    def checkpointed() -> bool:
         if victim.poll() is not None:
             pytest.fail(f"the run ended before its first checkpoint: {victim.stderr.read()}")
-        assert time.monotonic() < deadline, "no checkpoint of step 2 within 240 s"
-        time.sleep(0.005)
+        return latest.is_file() and latest.read_text() == "step_000002"
+
+    wait_until(checkpointed, 240, "the checkpoint of step 2", poll=0.005)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL

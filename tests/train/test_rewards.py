@@ -345,16 +345,12 @@ def test_a_trainer_killed_with_sigkill_leaves_no_worker(tmp_path: Path) -> None:
         pid = int(trainer.stdout.readline())
         assert psutil.Process(pid).ppid() == trainer.pid
         beats = tmp_path / "handoff" / "workers"
-        deadline = time.monotonic() + 30
-        while not any(beats.glob("*.json")) and time.monotonic() < deadline:
-            time.sleep(0.02)  # until the worker runs (its first heartbeat)
-        assert any(beats.glob("*.json")) and not gone(pid)
+        wait_until(lambda: any(beats.glob("*.json")), 30,
+                   "the worker's first heartbeat", poll=0.02)
+        assert not gone(pid)
     finally:
         trainer.kill()
         trainer.wait()
-    deadline = time.monotonic() + 30
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(pid), "the worker outlived its trainer"
+    wait_until(lambda: gone(pid), 30, "the worker gone with its trainer", poll=0.05)
     log = (tmp_path / "handoff" / "logs" / "worker-0.log").read_text()
     assert "worker stopped: signal SIGTERM" in log

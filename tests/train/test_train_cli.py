@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner, Result
+from waiting import wait_until
 
 from hargo_hpc.cli import main
 from hargo_hpc.train import metrics as m
@@ -135,10 +136,12 @@ def _stop_with(sig: signal.Signals, args: list[str], env: dict[str, str], metric
     (exit code, stdout, stderr)."""
     proc = subprocess.Popen([HARGO, "train", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while not (metrics.is_file() and metrics.read_text().count("\n") >= after):
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.005)
+    def written() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"hargo train ended before {after} records: {proc.stderr.read()}")
+        return metrics.is_file() and metrics.read_text().count("\n") >= after
+
+    wait_until(written, 120, f"{after} records in {metrics}", poll=0.005)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     return proc.returncode, out, err
