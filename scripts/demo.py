@@ -131,7 +131,8 @@ def summarise(run: Any, *, warm_start: bool) -> None:
     better = [line for line in verdicts if line.startswith("better: ")]
     print("goal, a held-out improvement beyond its interval: " + (
         f"reached ({better[0].removeprefix('better: ')})" if better else
-        "NOT reached at this budget (docs/results.md, 'The demo', gives the budget that reaches it)"))
+        "NOT reached at this budget (docs/results.md, 'The demo', gives the budget that "
+        "reaches it)"))
 
 
 def main(argv: list[str]) -> int:
