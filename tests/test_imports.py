@@ -23,7 +23,7 @@ PACKAGE_DIR = Path(hargo_hpc.__file__).parent
 CONFIG_LOADS = {
     "hargo_hpc", "hargo_hpc._lazy", "hargo_hpc.errors", "hargo_hpc.files", "hargo_hpc.config",
     "hargo_hpc.algorithms", "hargo_hpc.algorithms.names", "hargo_hpc.algorithms.hargo_params",
-    "hargo_hpc.algorithms.presets",
+    "hargo_hpc.algorithms.presets", "hargo_hpc.algorithms.registry",
     "hargo_hpc.bench", "hargo_hpc.bench.settings", "hargo_hpc.bench.techniques",
     "hargo_hpc.config.evaluation", "hargo_hpc.config.experiment", "hargo_hpc.config.training",
     "hargo_hpc.handoff", "hargo_hpc.handoff.settings", "hargo_hpc.runs", "hargo_hpc.sqd",

@@ -4,13 +4,17 @@ that carry them from step to step (`weighting`), and method presets.
 
 Shapes: [B] per response, [B, T] per token with `mask` marking completion tokens; groups are
 given explicitly by `group_index` [B]. No I/O, no models. Formulas: docs/algorithms.md.
-The names below are imported on first use: `names`, `hargo_params` and `presets` need no torch.
+The names below are imported on first use: `names`, `registry`, `hargo_params` and `presets`
+need no torch.
 """
 
 from hargo_hpc._lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "ESTIMATORS": "hargo_hpc.algorithms.advantages",
+    "ESTIMATORS": "hargo_hpc.algorithms.registry",
+    "POLICY_LOSSES": "hargo_hpc.algorithms.registry",
+    "register_estimator": "hargo_hpc.algorithms.registry",
+    "register_policy_loss": "hargo_hpc.algorithms.registry",
     "compute_advantages": "hargo_hpc.algorithms.advantages",
     "dynamic_sampling_filter": "hargo_hpc.algorithms.dapo",
     "overlong_penalty": "hargo_hpc.algorithms.dapo",

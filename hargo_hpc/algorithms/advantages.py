@@ -1,4 +1,4 @@
-"""Outcome-reward advantage estimators, in a registry keyed by the names used in configs.
+"""Outcome-reward advantage estimators, each registered by name in `registry.py`.
 
 Each estimator is a pure function `(rewards [B], groups, **options) -> advantages [B]` with
 explicit groups (see `groups.py`). `compute_advantages(name, rewards, group_index, **options)`
@@ -7,48 +7,30 @@ validates the inputs, looks the estimator up and calls it. Advantages carry no g
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
 
+from hargo_hpc.algorithms import registry
 from hargo_hpc.algorithms._checks import as_group_index, as_rewards
 from hargo_hpc.algorithms.groups import Groups
-from hargo_hpc.algorithms.names import ESTIMATOR_NAMES
-
-Estimator = Callable[..., Tensor]
-ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an estimator under `name`, one of `names.ESTIMATOR_NAMES` (what configs use)."""
-    if name not in ESTIMATOR_NAMES:
-        raise ValueError(f"estimator {name!r} is not declared in algorithms/names.py")
-
-    def add(fn: Estimator) -> Estimator:
-        ESTIMATORS[name] = fn
-        return fn
-
-    return add
 
 
 def compute_advantages(
     name: str, rewards: Tensor, group_index: Tensor, **options: object
 ) -> Tensor:
-    """Advantages [B] of the estimator `name` (one of `ESTIMATORS`) for rewards [B].
+    """Advantages [B] of the estimator `name` (a name in `registry.ESTIMATORS`, or a
+    "module:function" spec) for rewards [B].
 
     Raises ValueError on an unknown name, NaN/inf rewards or mismatched shapes.
     """
-    if name not in ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {name!r} (valid: {', '.join(sorted(ESTIMATORS))})"
-        )
+    estimator = registry.estimator(name)
     rewards = as_rewards(rewards).detach()
     index = as_group_index(group_index, rewards.shape[0])
     if rewards.numel() == 0:
         return rewards.clone()
-    return ESTIMATORS[name](rewards, Groups.of(index), **options)
+    return estimator(rewards, Groups.of(index), **options)
 
 
 def _batch_std(values: Tensor) -> Tensor:
@@ -56,7 +38,6 @@ def _batch_std(values: Tensor) -> Tensor:
     return values.std() if values.numel() > 1 else torch.zeros((), dtype=values.dtype)
 
 
-@register("grpo")
 def grpo(
     rewards: Tensor,
     groups: Groups,
@@ -80,14 +61,12 @@ def grpo(
     raise ValueError(f"grpo: unknown scale {scale!r} (valid: group, batch, none)")
 
 
-@register("dr_grpo")
 def dr_grpo(rewards: Tensor, groups: Groups) -> Tensor:
     """Dr.GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783):
     A_i = R_i − mean_g R (no division by the group std)."""
     return groups.centred(rewards)
 
 
-@register("rloo")
 def rloo(rewards: Tensor, groups: Groups) -> Tensor:
     """RLOO (Ahmadian et al., arXiv 2402.14740; Kool et al. 2019):
     A_i = R_i − (1 / (n_g − 1)) Σ_{j∈g, j≠i} R_j  =  n_g / (n_g − 1) · (R_i − mean_g R).
@@ -100,7 +79,6 @@ def rloo(rewards: Tensor, groups: Groups) -> Tensor:
     return torch.where(n > 1, scale * groups.centred(rewards), torch.zeros_like(rewards))
 
 
-@register("reinforce_pp")
 def reinforce_pp(rewards: Tensor, groups: Groups, *, eps: float = 1e-6) -> Tensor:
     """REINFORCE++ (Hu, arXiv 2501.03262): batch-global normalisation, no group baseline:
     A_i = (R_i − mean_B R) / (std_B R + ε).
@@ -112,7 +90,6 @@ def reinforce_pp(rewards: Tensor, groups: Groups, *, eps: float = 1e-6) -> Tenso
     return (rewards - rewards.mean()) / (_batch_std(rewards) + eps)
 
 
-@register("reinforce_pp_baseline")
 def reinforce_pp_baseline(rewards: Tensor, groups: Groups, *, eps: float = 1e-6) -> Tensor:
     """REINFORCE++-baseline (Hu, arXiv 2501.03262 v3+): subtract the group mean first, then
     normalise over the batch: a_i = R_i − mean_g R, A_i = (a_i − mean_B a) / (std_B a + ε)."""
@@ -120,7 +97,6 @@ def reinforce_pp_baseline(rewards: Tensor, groups: Groups, *, eps: float = 1e-6)
     return (centred - centred.mean()) / (_batch_std(centred) + eps)
 
 
-@register("gpg")
 def gpg(
     rewards: Tensor,
     groups: Groups,

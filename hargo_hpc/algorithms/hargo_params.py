@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+)
 
-from hargo_hpc.algorithms.names import CONFIDENCE_STATS, DISCRIMINATION_STATS, ESTIMATOR_NAMES
+from hargo_hpc.algorithms.names import CONFIDENCE_STATS, DISCRIMINATION_STATS
+from hargo_hpc.algorithms.registry import EstimatorName
 
 
 def _number(value: Any) -> Any:
@@ -29,7 +37,7 @@ class HargoParams(BaseModel):
 
     discrimination          use the discrimination signal D_g (ablation switch)
     confidence              use the confidence signal C_i (ablation switch)
-    estimator               base advantage estimator (a name in ESTIMATOR_NAMES)
+    estimator               base advantage estimator (registry.py)
     discrimination_stat     what D_g is computed from (DISCRIMINATION_STATS): "balance"
                             (default) b_g = (mean|r − r̄| / sd)², "bimodality" m2²/m4, "split"
                             4q(1 − q), each invariant to r → a r + c of one group and free of
@@ -60,7 +68,7 @@ class HargoParams(BaseModel):
 
     discrimination: StrictBool = Field(True, description="ablation switch: group reward contrast")
     confidence: StrictBool = Field(True, description="ablation switch: reference confidence")
-    estimator: Literal[ESTIMATOR_NAMES] = "grpo"  # type: ignore[valid-type]
+    estimator: EstimatorName = "grpo"
     discrimination_stat: Literal[DISCRIMINATION_STATS] = "balance"  # type: ignore[valid-type]
     discrimination_power: Number = Field(0.5, ge=0)
     confidence_stat: Literal[CONFIDENCE_STATS] = "uncertain_mean"  # type: ignore[valid-type]

@@ -1,5 +1,6 @@
-"""Policy losses: PPO-clip (token or sequence ratio), plain policy gradient, KL to the
-reference, and loss aggregation.
+"""Policy losses: the per-token terms (PPO-clip, plain policy gradient; each registered in
+`registry.py`), the loss around them (token or sequence ratio, KL to the reference, weights),
+and loss aggregation.
 
 Per-token tensors are [B, T] with `mask` marking completion tokens; per-response tensors are
 [B]. `policy_loss` returns a scalar loss (with gradient through `logprobs` only) and a dict of
@@ -8,11 +9,12 @@ float statistics for logging.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
+from hargo_hpc.algorithms import registry
 from hargo_hpc.algorithms._checks import (
     as_mask,
     as_rewards,
@@ -20,7 +22,7 @@ from hargo_hpc.algorithms._checks import (
     check_finite,
     check_same_shape,
 )
-from hargo_hpc.algorithms.names import AGG_MODES, KL_ESTIMATORS, LOSS_TYPES, RATIO_LEVELS
+from hargo_hpc.algorithms.names import AGG_MODES, KL_ESTIMATORS, RATIO_LEVELS
 
 _LOG_CLAMP = 20.0  # log-ratios are clamped to ±20 before exp, so a wild token cannot overflow
 
@@ -135,6 +137,45 @@ def _masked_mean(values: Tensor, mask: Tensor) -> float:
     return float((values * mask).sum() / count) if count else 0.0
 
 
+# ---------------------------------------------------------------- per-token policy losses
+
+
+class TokenLoss(NamedTuple):
+    """A policy loss's per-token terms L_it [B, T] and where it clipped (bool [B, T] each:
+    below 1 − ε_low with A < 0, above 1 + ε_high with A > 0, under the dual clip)."""
+
+    loss: Tensor
+    clipped_low: Tensor
+    clipped_high: Tensor
+    dual_clipped: Tensor
+
+
+def clipped_surrogate(advantages: Tensor, ratio: Tensor, *, clip_low: float, clip_high: float,
+                      dual_clip: float | None) -> TokenLoss:
+    """PPO's clipped surrogate (arXiv 1707.06347), asymmetric (DAPO clip-higher, arXiv
+    2503.14476):  L_it = max( −A r_it, −A clip(r_it, 1 − ε_low, 1 + ε_high) ).
+    Dual clip (Ye et al., arXiv 1912.09729), for A < 0 only: L_it = min(L_it, −c A), c > 1."""
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    ratio_d = ratio.detach()
+    low = (advantages < 0) & (ratio_d < 1.0 - clip_low)
+    high = (advantages > 0) & (ratio_d > 1.0 + clip_high)
+    dual = torch.zeros_like(low)
+    if dual_clip is not None:
+        bound = -advantages * dual_clip
+        dual = (advantages < 0) & (loss.detach() > bound)
+        loss = torch.where(advantages < 0, torch.minimum(loss, bound), loss)
+    return TokenLoss(loss, low, high, dual)
+
+
+def plain_policy_gradient(advantages: Tensor, ratio: Tensor, **_: object) -> TokenLoss:
+    """Plain policy gradient (GPG, arXiv 2504.02546; REINFORCE): L_it = −A r_it, no clip; its
+    gradient is −A ∇log π_it at r = 1."""
+    none = torch.zeros_like(ratio, dtype=torch.bool)
+    return TokenLoss(-advantages * ratio, none, none, none)
+
+
 # ---------------------------------------------------------------- the policy loss
 
 
@@ -152,22 +193,20 @@ def policy_loss(
     kl_coef: float = 0.0,
     kl_estimator: Literal["k1", "k2", "k3"] = "k3",
     agg: str = "token-mean",
-    loss_type: Literal["ppo", "pg"] = "ppo",
+    loss_type: str = "ppo",
     dual_clip: float | None = None,
     max_length: int | None = None,
     num_tokens: float | None = None,
     num_seqs: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped surrogate + KL, aggregated; returns (scalar loss, float stats).
+    """The policy loss `loss_type` + KL, aggregated; returns (scalar loss, float stats).
 
     Ratio, token level (PPO, arXiv 1707.06347):   r_it = exp(log π_it − log π_old,it)
     Ratio, sequence level (GSPO, arXiv 2507.18071):
         s_i = exp( (1/|y_i|) Σ_t m_it (log π_it − log π_old,it) ), used for every token of i.
-    Clipped term, asymmetric (DAPO clip-higher, arXiv 2503.14476):
-        L_it = max( −A_i r_it, −A_i clip(r_it, 1 − ε_low, 1 + ε_high) )
-    Dual clip (Ye et al., arXiv 1912.09729), for A_i < 0 only: L_it = min(L_it, −c A_i), c > 1.
-    Plain policy gradient (`loss_type="pg"`, GPG arXiv 2504.02546; REINFORCE):
-        L_it = −A_i r_it (no clip); its gradient is −A_i ∇log π_it at r = 1.
+    Per-token term L_it: the registered policy loss `loss_type` (`registry.POLICY_LOSSES`:
+    `ppo` = `clipped_surrogate`, `pg` = `plain_policy_gradient`, or a "module:function" of
+    your own with their signature).
     KL to the reference (GRPO): L_it += β · k(log π_it, log π_ref,it) with k in k1/k2/k3.
     Per-response weights w_i (HARGO): L_it ← w_i L_it, then `aggregate(L, m, agg)`;
     `max_length`, `num_tokens` and `num_seqs` go to `aggregate` (the generation limit for
@@ -199,8 +238,7 @@ def policy_loss(
     if weights is not None:
         check_batch(weights, "weights", batch, "logprobs")
         check_finite(weights, "weights")
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r} (valid: {', '.join(LOSS_TYPES)})")
+    token_terms = registry.policy_loss(loss_type)
     if ratio_level not in RATIO_LEVELS:
         raise ValueError(f"unknown ratio_level {ratio_level!r} (valid: token, sequence)")
     if agg not in AGG_MODES:
@@ -225,21 +263,8 @@ def policy_loss(
         log_ratio = seq_log_ratio.expand_as(logprobs)
     ratio = torch.exp(log_ratio.clamp(-_LOG_CLAMP, _LOG_CLAMP))
 
-    unclipped = -adv * ratio
-    if loss_type == "pg":
-        token_loss = unclipped
-        low = high = dual = torch.zeros_like(mask)
-    else:
-        clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-        token_loss = torch.maximum(unclipped, clipped)
-        ratio_d = ratio.detach()
-        low = (adv < 0) & (ratio_d < 1.0 - clip_low)
-        high = (adv > 0) & (ratio_d > 1.0 + clip_high)
-        dual = torch.zeros_like(mask)
-        if dual_clip is not None:
-            bound = -adv * dual_clip
-            dual = (adv < 0) & (token_loss.detach() > bound)
-            token_loss = torch.where(adv < 0, torch.minimum(token_loss, bound), token_loss)
+    token_loss, low, high, dual = token_terms(adv, ratio, clip_low=clip_low,
+                                              clip_high=clip_high, dual_clip=dual_clip)
 
     pg_token_loss = token_loss
     kl = None

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hargo_hpc.algorithms import registry
 from hargo_hpc.algorithms.hargo_params import HargoParams
-from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
+from hargo_hpc.algorithms.names import AGG_MODES, KL_ESTIMATORS, RATIO_LEVELS
 
-LOSSES = ("ppo", "pg", "dpo", "sft")
+OWN_UPDATES = ("dpo", "sft")  # losses with an update of their own (not a policy loss)
 OVERRIDABLE = (
-    "estimator", "agg", "ratio_level", "clip_low", "clip_high", "dual_clip", "kl_coef",
+    "estimator", "loss", "agg", "ratio_level", "clip_low", "clip_high", "dual_clip", "kl_coef",
     "kl_estimator", "dynamic_sampling", "refill_rounds", "overlong_buffer", "overlong_penalty",
 )
 DAPO_BUFFER_FRACTION = 0.2  # DAPO: L_cache = 4096 of L_max = 20480
@@ -27,7 +28,8 @@ DAPO_BUFFER_FRACTION = 0.2  # DAPO: L_cache = 4096 of L_max = 20480
 class ResolvedAlgorithm:
     """Everything the trainer needs to know about the method, after preset + overrides.
 
-    loss: ppo (clipped surrogate), pg (plain policy gradient), dpo, sft.
+    loss: a policy loss (`registry.POLICY_LOSSES`: ppo, the clipped surrogate; pg, plain
+    policy gradient; or one of your own), or dpo / sft (updates of their own, OWN_UPDATES).
     kl_in_reward: the KL penalty is folded into the reward (`kl_penalized_rewards`) instead of
     added to the loss. refill_rounds: generation rounds a step may take to fill its batch with
     informative groups under dynamic sampling (`train.step.refill`; 1 = filter only).
@@ -136,7 +138,7 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
     """The preset of `section.name` with every non-None field of `section` applied on top.
 
     `section` is the config's AlgorithmSection (or anything with the same attributes).
-    Raises a one-line ValueError for an unknown name, estimator, agg, or HARGO key/value.
+    Raises a one-line ValueError for an unknown name, estimator, loss, agg, or HARGO key/value.
     """
     name = getattr(section, "name", None)
     if name not in PRESETS:
@@ -148,7 +150,14 @@ def resolve_algorithm(section: Any) -> ResolvedAlgorithm:
         value = getattr(section, field, None)
         if value is not None:
             changes[field] = value
-    _check_choice("estimator", changes.get("estimator"), ESTIMATOR_NAMES)
+    for kind in ("estimator", "loss"):
+        try:
+            registry.check_name(kind, changes.get(kind, "grpo" if kind == "estimator" else "ppo"))
+        except ValueError as err:
+            raise ValueError(f"algorithm.{kind}: {err}") from None
+    if "loss" in changes and PRESETS[name].loss in OWN_UPDATES:
+        raise ValueError(f"algorithm.loss: {name} trains with its own {PRESETS[name].loss} "
+                         "loss; a policy loss applies to the RL methods only")
     _check_choice("agg", changes.get("agg"), AGG_MODES)
     _check_choice("ratio_level", changes.get("ratio_level"), RATIO_LEVELS)
     _check_choice("kl_estimator", changes.get("kl_estimator"), KL_ESTIMATORS)

@@ -21,8 +21,9 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hargo_hpc.algorithms.hargo_params import HargoParams
-from hargo_hpc.algorithms.names import AGG_MODES, ESTIMATOR_NAMES, KL_ESTIMATORS, RATIO_LEVELS
+from hargo_hpc.algorithms.names import AGG_MODES, KL_ESTIMATORS, RATIO_LEVELS
 from hargo_hpc.algorithms.presets import PRESETS
+from hargo_hpc.algorithms.registry import EstimatorName, PolicyLossName
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.config.evaluation import EvalSettings
 from hargo_hpc.config.training import (
@@ -158,7 +159,10 @@ class AlgorithmSection(_Section):
     """`name` picks a method preset; every other field left unset keeps the preset's value."""
 
     name: Literal[ALGORITHM_NAMES] = "grpo"  # type: ignore[valid-type]
-    estimator: Literal[ESTIMATOR_NAMES] | None = None  # type: ignore[valid-type]
+    estimator: EstimatorName | None = None
+    loss: PolicyLossName | None = Field(
+        None, description="the policy loss (ppo, pg, or a registered or 'module:function' one "
+        "of your own); methods whose loss is dpo or sft keep theirs")
     agg: Literal[AGG_MODES] | None = None  # type: ignore[valid-type]
     ratio_level: Literal[RATIO_LEVELS] | None = None  # type: ignore[valid-type]
     clip_low: float | None = Field(None, ge=0)

@@ -7,7 +7,7 @@ them in order under verl's timers). Each takes what the phases before it returne
     adv           compute_advantages: KL folded into the reward, the rows in the loss (scored,
                                     DAPO's dynamic sampling), the estimator's advantages, the
                                     weighting's weights (HARGO)
-    update_actor  update_actor      the preset's update (`updates.UPDATES[loss]`)
+    update_actor  update_actor      the preset's update (`updates.update_for(loss)`)
 
 Rewards, lengths and groups (and, for a weighting, the reference log-probs) are every rank's
 rows (`StepRows`, gathered), so every rank computes the same whole-batch advantages and
@@ -35,7 +35,7 @@ from hargo_hpc.train.model.logprobs import token_logprobs
 from hargo_hpc.train.rollout.generate import Generations
 from hargo_hpc.train.rollout.generated import Rollout
 from hargo_hpc.train.run import LoopState, RunContext, StepInterrupted
-from hargo_hpc.train.updates import UPDATES, UpdateBatch
+from hargo_hpc.train.updates import UpdateBatch, update_for
 
 if TYPE_CHECKING:
     from hargo_hpc.train.rollout.rewards import RewardBatch
@@ -265,7 +265,7 @@ def weigh(weighting: Weighting | None, rewards: Tensor, advantages: Tensor, idx:
 
 def update_actor(ctx: RunContext, rollout: Rollout, rows: StepRows, adv: Advantages,
                  ref: Tensor | None) -> dict[str, float]:
-    """The preset's update (`updates.UPDATES[loss]`) on this rank's rows, those not in the loss
+    """The preset's update (`updates.update_for(loss)`) on this rank's rows, those not in the loss
     masked out; returns its statistics."""
     gen, own = rollout.gen, rows.own
     world, rank = distributed.world_size(), distributed.rank()
@@ -274,4 +274,4 @@ def update_actor(ctx: RunContext, rollout: Rollout, rows: StepRows, adv: Advanta
                         rows.groups[own], adv.advantages[own],
                         None if adv.weights is None else adv.weights[own], rollout.old, ref,
                         rollout.examples(rank, world))
-    return UPDATES[ctx.algorithm.loss](ctx.update_context(), batch)
+    return update_for(ctx.algorithm.loss)(ctx.update_context(), batch)

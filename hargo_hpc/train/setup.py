@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hargo_hpc.algorithms.presets import ResolvedAlgorithm, resolve_algorithm
+from hargo_hpc.algorithms import registry
+from hargo_hpc.algorithms.presets import OWN_UPDATES, ResolvedAlgorithm, resolve_algorithm
 from hargo_hpc.config import ExperimentConfig
 from hargo_hpc.config.training import check_batch_shape
 from hargo_hpc.runs import RunLayout
@@ -24,9 +25,6 @@ from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.run import Data, Log, TrainError
 from hargo_hpc.train.sft import has_target
-
-# estimators that compare the completions of a prompt with each other (need G >= 2)
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gpg", "reinforce_pp_baseline")
 
 
 def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgorithm, int]:
@@ -42,8 +40,13 @@ def resolve(config: ExperimentConfig, world_size: int = 1) -> tuple[ResolvedAlgo
         raise TrainError(f"algorithm.refill_rounds {algorithm.refill_rounds}: task "
                          f"{remote[0]} is rewarded by the bench, which takes one batch per "
                          "step; refill works with text tasks only (set refill_rounds = 1)")
-    groups = (algorithm.estimator in GROUP_ESTIMATORS or algorithm.hargo is not None
-              or algorithm.loss == "dpo")
+    try:  # a grouped estimator compares the completions of a prompt with each other
+        grouped = algorithm.estimator is not None and registry.is_grouped(algorithm.estimator)
+        if algorithm.loss not in OWN_UPDATES:
+            registry.policy_loss(algorithm.loss)  # a spec of the user's own: it loads
+    except ValueError as err:
+        raise TrainError(str(err)) from None
+    groups = grouped or algorithm.hargo is not None or algorithm.loss == "dpo"
     if groups and config.rollout.num_generations < 2:
         what = f"estimator {algorithm.estimator!r}" if algorithm.loss != "dpo" else "DPO pairs"
         raise TrainError(

@@ -31,8 +31,8 @@ One step, in verl's phase names (each timed as `timing_s/<phase>`; the functions
 
 The metrics record and the rollout rows are built after the phases from what they returned
 (`step_record`). What the update does comes from the resolved preset
-(`algorithms.resolve_algorithm`): its `loss` picks the update (`updates.UPDATES`: ppo/pg policy
-loss, dpo, sft), its other fields the estimator, the weighting, KL, dynamic sampling and
+(`algorithms.resolve_algorithm`): its `loss` picks the update (`updates.update_for`: the policy
+loss, or dpo, sft), its other fields the estimator, the weighting, KL, dynamic sampling and
 overlong shaping. Task labels never reach the algorithms: per-task statistics are computed from
 the step's rows afterwards, for the log (the one exception is HARGO's label control, an
 ablation row: `algorithms.hargo_labels`).

@@ -1,9 +1,10 @@
 """The updates of an RL step, one per kind of loss a preset names (`ResolvedAlgorithm.loss`).
 
-`UPDATES[loss](context, batch)` runs `num_iterations` passes over the step's rollout batch and
-returns the step's update statistics (metric names of docs/training.md):
+`update_for(loss)(context, batch)` runs `num_iterations` passes over the step's rollout batch
+and returns the step's update statistics (metric names of docs/training.md):
 
-    ppo, pg   policy_update       policy_loss: PPO-clip / plain policy gradient, KL, weights
+    any policy loss (ppo, pg, one of your own: algorithms/registry.py)
+              policy_update       policy_loss: the loss's per-token terms, KL, weights
     dpo       dpo_update          DPO on one best/worst pair per group
     sft       sft_preset_update   supervised steps on the reference answers of the prompts
 
@@ -259,9 +260,11 @@ def sft_preset_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
     return out
 
 
-UPDATES: Mapping[str, Callable[[UpdateContext, UpdateBatch], dict[str, Any]]] = {
-    "ppo": policy_update,
-    "pg": policy_update,
-    "dpo": dpo_update,
-    "sft": sft_preset_update,
-}
+Update = Callable[[UpdateContext, UpdateBatch], dict[str, Any]]
+OWN_UPDATES: Mapping[str, Update] = {"dpo": dpo_update, "sft": sft_preset_update}
+
+
+def update_for(loss: str) -> Update:
+    """The update of the method's `loss`: DPO's and SFT's own, else the policy-gradient
+    update with that policy loss (ppo, pg, or any registered one)."""
+    return OWN_UPDATES.get(loss, policy_update)

@@ -122,7 +122,8 @@ def test_shape_errors_name_the_tensor() -> None:
 
 
 def test_unknown_estimator_lists_valid() -> None:
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'nope' \(valid: .*grpo"):
+    with pytest.raises(ValueError,
+                       match=r"unknown advantage estimator 'nope' \(registered: .*grpo"):
         compute_advantages("nope", torch.tensor([1.0]), torch.tensor([0]))
 
 

@@ -197,7 +197,7 @@ def test_errors() -> None:
         ({"discrimination": 1}, "discrimination: bad value 1: .* valid boolean"),
         ({"max_weight": "big"}, "max_weight: bad value 'big': must be a number"),
         ({"eps": True}, "eps: bad value True: must be a number"),
-        ({"estimator": "ppo"}, "estimator: bad value 'ppo': Input should be 'dr_grpo'"),
+        ({"estimator": "ppo"}, "estimator: bad value 'ppo': unknown advantage estimator 'ppo'"),
         ({"contrast_momentum": 1.0}, "contrast_momentum: bad value 1.0: .* less than 1"),
         ({"discrimination_stat": "std"}, "discrimination_stat: bad value 'std': Input should be "
                                          "'balance'"),

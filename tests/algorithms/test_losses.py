@@ -195,7 +195,7 @@ def test_shape_errors_name_the_tensors() -> None:
 
 
 def test_bad_options_error() -> None:
-    with pytest.raises(ValueError, match="loss_type"):
+    with pytest.raises(ValueError, match="unknown policy loss 'ppo2'"):
         loss(loss_type="ppo2")
     with pytest.raises(ValueError, match="ratio_level"):
         loss(ratio_level="batch")

@@ -79,7 +79,8 @@ def test_hargo_dict() -> None:
 def test_unknown_values_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown method 'ppo' \(valid: grpo, dr_grpo, "):
         resolve_algorithm(SimpleNamespace(name="ppo"))
-    with pytest.raises(ValueError, match=r"algorithm.estimator: unknown value 'x' \(valid: "):
+    with pytest.raises(ValueError,
+                       match=r"algorithm.estimator: unknown advantage estimator 'x' \(registered"):
         resolve_algorithm(SimpleNamespace(name="grpo", estimator="x"))
     with pytest.raises(ValueError, match=r"algorithm.agg: unknown value 'mean'"):
         resolve_algorithm(SimpleNamespace(name="grpo", agg="mean"))
