@@ -28,7 +28,8 @@ CONFIG_LOADS = {
     "hargo_hpc.config.evaluation", "hargo_hpc.config.experiment", "hargo_hpc.config.training",
     "hargo_hpc.handoff", "hargo_hpc.handoff.settings", "hargo_hpc.runs", "hargo_hpc.sqd",
     "hargo_hpc.sqd.schedule",
-    "hargo_hpc.tasks", "hargo_hpc.tasks.names", "hargo_hpc.tasks.settings",
+    "hargo_hpc.tasks", "hargo_hpc.tasks.base", "hargo_hpc.tasks.names", "hargo_hpc.tasks.registry",
+    "hargo_hpc.tasks.settings",
 }
 HEAVY = ("torch", "numpy", "transformers", "deepspeed", "submitit", "jinja2", "rich", "ctypes",
          "psutil", "click")

@@ -15,10 +15,17 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from hargo_hpc.algorithms.hargo_params import HargoParams
 from hargo_hpc.algorithms.names import AGG_MODES, KL_ESTIMATORS, RATIO_LEVELS
@@ -37,7 +44,8 @@ from hargo_hpc.files import write_atomic
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd import SqdSettings
-from hargo_hpc.tasks.names import PROMPT_FORMATS, TASK_NAMES
+from hargo_hpc.tasks.names import PROMPT_FORMATS
+from hargo_hpc.tasks.registry import check_name as check_task_name
 from hargo_hpc.tasks.settings import RewardSettings
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
@@ -59,7 +67,8 @@ class RunSection(_Section):
 
 
 class TaskSpec(_Section):
-    name: Literal[TASK_NAMES]  # type: ignore[valid-type]
+    name: Annotated[str, AfterValidator(check_task_name)] = Field(
+        description="a registered task (tasks/registry.py)")
     path: str = Field(
         "", description="a directory of the published files, one file, the hub id "
         "HPC-GPT/HPC, or '' = the task's shipped sample",

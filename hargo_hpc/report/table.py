@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from hargo_hpc.errors import HargoError
 from hargo_hpc.files import read_jsonl
 from hargo_hpc.runs import RunLayout
-from hargo_hpc.tasks.names import TASK_NAMES
+from hargo_hpc.tasks.registry import task_names
 
 if TYPE_CHECKING:
     from hargo_hpc.eval.intervals import SeedPooled
@@ -341,7 +341,7 @@ def _sqd_stages(file: Path) -> tuple[str, ...]:
 
 def _task_order(names: Iterable[str]) -> tuple[str, ...]:
     unique = set(names)
-    known = [t for t in TASK_NAMES if t in unique]
+    known = [t for t in task_names() if t in unique]
     return (*known, *sorted(unique - set(known)))
 
 
@@ -511,7 +511,7 @@ def _size(run: RunSummary, column: Column) -> Size | None:
 def _notes(runs: Sequence[RunSummary], labels: Sequence[str]) -> list[str]:
     notes: list[str] = []
     all_tasks = _task_order(t for run in runs for t in run.tasks)
-    table_tasks = [t for t in TASK_NAMES if any(c.task == t for c in COLUMNS)]
+    table_tasks = [t for t in task_names() if any(c.task == t for c in COLUMNS)]
     for task in all_tasks:
         lacking = [label for run, label in zip(runs, labels, strict=True)
                    if task not in run.tasks]

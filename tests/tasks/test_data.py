@@ -245,7 +245,7 @@ def test_load_tasks(tmp_path: Path, doubles_registered: None) -> None:
 
 def test_load_tasks_unknown_and_repeated(tmp_path: Path, doubles_registered: None) -> None:
     write(tmp_path / "double_yes_no.json", FIVE)
-    with pytest.raises(DataError, match="unknown task 'no_such_task'; known: data_race_c"):
+    with pytest.raises(DataError, match=r"unknown task 'no_such_task' \(registered: data_race_c"):
         load_tasks([SpecDouble("no_such_task", str(tmp_path))])
     with pytest.raises(DataError, match="task 'yes_no_double' is listed twice"):
         load_tasks([SpecDouble("yes_no_double", str(tmp_path))] * 2)

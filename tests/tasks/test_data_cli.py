@@ -114,7 +114,7 @@ def test_stats_bad_input(tmp_path: Path) -> None:
     line = one_error_line(hargo("data", "stats", str(bad)))
     assert line.startswith(f"error: {bad}: not valid JSON: ")
     line = one_error_line(hargo("data", "stats", str(bad), "--task", "no_such_task"))
-    assert line.startswith("error: unknown task 'no_such_task'; known: data_race_c")
+    assert line.startswith("error: unknown task 'no_such_task' (registered: data_race_c")
     line = one_error_line(hargo("data", "stats", str(bad), "--task", "gemm"))
     assert line == "error: task 'gemm' has no reference answers to count (the bench rewards it)"
 
@@ -172,7 +172,7 @@ def test_show_in_a_chat_template(tmp_path: Path) -> None:
 
 def test_show_bad_input(tmp_path: Path) -> None:
     line = one_error_line(hargo("data", "show", "no_such_task", "--path", str(tmp_path)))
-    assert line.startswith("error: unknown task 'no_such_task'; known: data_race_c, ")
+    assert line.startswith("error: unknown task 'no_such_task' (registered: data_race_c, ")
     missing = tmp_path / "missing.json"
     line = one_error_line(hargo("data", "show", "plp_qa", "--path", str(missing)))
     assert line == f"error: {missing}: no such file or directory (data of task 'plp_qa')"
