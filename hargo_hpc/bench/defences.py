@@ -209,6 +209,16 @@ DEFENCES: tuple[Defence, ...] = (TempDir(), ProcessGroup(), ScrubbedEnv(), Rlimi
                                  NetNs(), MountNs(), Cgroup())  # fmt: skip
 
 
+def register_defence(defence: Defence) -> None:
+    """Add a defence of your own after the shipped ones (docs/bench.md, "Adding a defence");
+    its `step` orders its `apply` among theirs in the child. A name is taken once."""
+    global DEFENCES
+    if not defence.name or any(d.name == defence.name for d in DEFENCES):
+        raise ValueError(f"defence {defence.name!r}: a name of its own, not one of "
+                         f"{', '.join(d.name for d in DEFENCES)}")
+    DEFENCES = (*DEFENCES, defence)
+
+
 def plan_defences(job: Job) -> tuple[list[Defence], list[str]]:
     """(the defences in force for `job`, the missing lines of those it wants and cannot have)."""
     wanted = [d for d in DEFENCES if d.wanted(job)]
