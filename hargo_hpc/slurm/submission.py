@@ -1,39 +1,11 @@
 """From an experiment file to its jobs: the plan, the batch scripts, the submission.
 
 `plan_submission(config)` turns one experiment (and its `[sweep]`) into the runs and jobs of one
-submission, rooted at `<run.dir>/<run.name>/` (layout: manifest.py):
-
-    sft     `hargo sft` array on [slurm.train], one task per run, when sft.steps > 0:
-            the warm start as its own job; each run's training then starts from its export
-            (model.path = <run>/sft/export, sft.steps 0: nothing is trained twice, and a
-            requeued training does not redo the SFT). Sweep points whose SFT inputs are equal
-            (they differ only in sections SFT does not read, e.g. the method) share one SFT
-            task, in <root>/sft/ when all do, else per group in <root>/sft-<keys>/ (methods x
-            seeds: sft-seed-0, sft-seed-1): the methods start from the same checkpoint
-    bench   `hargo worker` array on [slurm.bench], handoff.workers tasks (only when a task is
-            rewarded by the bench), serving every run: they share one handoff directory, each
-            run's handoff steps offset by index x STEP_SPAN (handoff.step_offset); afterok:sft
-            when there is one (not idle through the warm start); their idle clock starts at
-            the handoff's first step (--idle-from-first-step), so a training queued for long
-            finds them up; the stop job ends them
-    train   `hargo train` array on [slurm.train], one task per run (sweep point), srun inside,
-            afterok:sft when there is one, and `after` the first worker started when there
-            are workers: the bench is up before training first waits for it (a worker queued
-            behind a busy CPU partition while rank 0 waited out its step timeout lost steps)
-    eval    aftercorr:train, `hargo eval <run dir>` array, one task per run: the export on
-            the held-out split, WinRate against the run's starting model, GEMM through the same
-            workers (eval/metrics.json). Task i starts once training task i succeeded, beside
-            the trainings still running; one whose training failed is ended, the others go on
-    report  afterok:eval, `hargo report <every run> -o <root>/report`: the method table,
-            plots and HTML page of the submission, on [slurm.bench]'s partition, one CPU
-    stop    afterany:train and afterany:eval, writes the handoff's stop sentinel (the workers
-            exit); an evaluation cancelled for a failed training counts as ended
-
-Every job's command is built here, once (`PlannedJob.commands`, one argv per array task): the
-batch templates (`hargo render`) select theirs by `SLURM_ARRAY_TASK_ID`; `submitter` hands
-each to a submitit executor as an entry point (`entrypoints`), on Slurm or as local
-processes, walking the same `after` edges. The sft and train tasks run with `--resume`
-(a fresh run starts at step 0, a restarted one continues from its checkpoint).
+submission, rooted at `<run.dir>/<run.name>/`: sft, bench, train, eval, report and stop, with
+their arrays and dependencies (docs/slurm.md, "Submitting an experiment", has the table and
+the reasons). Every job's command is built here, once (`PlannedJob.commands`, one argv per
+array task): the batch templates select theirs by `SLURM_ARRAY_TASK_ID`, and `submitter` hands
+each to a submitit executor (`entrypoints`), walking the same `after` edges.
 """
 
 from __future__ import annotations

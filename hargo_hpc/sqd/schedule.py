@@ -1,51 +1,9 @@
 """Staged Quality-Diversity (SQD) for GEMM code: per problem, stages that vary which
-optimisation techniques the prompt permits, a rule that moves a problem to its next stage, and
-an archive of the best kernel for each kind of solution. SQD decides; it never runs code (the
-bench judges, and its records come back here). The choices and their reasons: docs/sqd.md.
-
-Stages (`SqdSettings.stages`, `[[sqd.stages]]` in an experiment file): an ordered list of
-`{name, forbid, require}` technique sets (`bench.techniques.TECHNIQUES`). The default asks three
-questions of the same problem: the fastest kernel at all (`open`: nothing forbidden or
-required, so its prompt is the plain prompt the evaluation asks), then the fastest without
-explicit vectors and without tiles (a leave-one-out; no `no_openmp` stage: its off-stage
-reward for an OpenMP kernel pushed OpenMP down under every prompt, docs/sqd.md):
-
-    open          nothing forbidden (the plain prompt)
-    no_simd       forbid simd
-    no_blocking   forbid blocking
-
-Each problem starts at its own stage (`start = "spread"`: the i-th problem in name order at
-stage i mod S), so every batch mixes stages and part of every batch is the plain prompt. An ok
-kernel that uses a forbidden technique (the bench's `off_stage`) or lacks a required one
-(`required_miss`, here; the trainer applies the penalty: `hargo_hpc.train.sqd_run`) is off its
-stage: neither progress nor an elite.
-
-Advancement, per problem, over the steps in which it was prompted (`observe`): with g the best
-GFLOPS of an `ok` result of the step and m the mark (the best GFLOPS at the stage's last
-significant improvement, 0 on entering it),
-
-    improved  <=>  g >= m * (1 + min_improvement)  and  g > 0        (then m := g, stale := 0)
-    else, once m > 0, stale += 1
-    advance   <=>  stale >= patience   or   steps seen in the stage >= max_steps
-
-A stage in which the problem has no ok kernel yet (m = 0) does not plateau: there is no best
-to plateau at, and only max_steps moves it on (counting failing steps sent a problem the
-model had never solved on to a harder stage after `patience` steps).
-
-After the last stage `after_last` = "cycle" (back to the first stage) or "hold" (stay).
-Defaults: `patience` 2, `max_steps` 2, so a problem moves on after two visits at the most and,
-at the learning benchmark's budget (40 steps of 4 prompts over 36 problems: about 4 visits a
-problem), sees at least two stages; the visits per problem and stage are in the state and in
-`hargo sqd report`.
-
-Archive: key (problem, detected technique set) -> the best `ok` kernel under it (code, GFLOPS,
-its ratio to the in-run reference, step, stage, request id); a suspicious or failed run never
-enters. The archive feeds the reward (`bonuses`, added by the trainer): an on-stage ok kernel
-earns a quality-diversity bonus when it fills an empty cell or beats the cell's best by a margin,
-and a count-based novelty term that shrinks with the cell's visits; a failure never earns
-either. `Sqd.state_dict` holds everything (stages, counters, history, archive) for the
-trainer's checkpoint; `save` writes it to `<run dir>/sqd/state.json` (atomically, the previous
-version kept as `state.json.bak`) and appends the step's results to `results.jsonl`.
+optimisation techniques the prompt permits (`SqdSettings.stages`), the rule that moves a
+problem to its next stage (`step_problem`), and an archive of the best kernel for each kind of
+solution, which feeds the reward (`Sqd.bonuses`). SQD decides; it never runs code (the bench
+judges, and its records come back here). `Sqd.state_dict` holds it all for the trainer's
+checkpoint; `save` writes `<run dir>/sqd/`. The choices and their reasons: docs/sqd.md.
 """
 
 from __future__ import annotations
@@ -105,6 +63,8 @@ class StageSpec(BaseModel):
 
 
 def default_stages() -> list[StageSpec]:
+    """open (the plain prompt), then without explicit vectors, then without tiles: the same
+    problem asked three ways (no `no_openmp` stage: docs/sqd.md, "Stages", says why)."""
     return [StageSpec(name="open"), StageSpec(name="no_simd", forbid=["simd"]),
             StageSpec(name="no_blocking", forbid=["blocking"])]
 
@@ -161,8 +121,16 @@ class ProblemState:
 
 def step_problem(state: ProblemState, gflops: Sequence[float], step: int,
                  settings: SqdSettings) -> str:
-    """Fold one step's ok GFLOPS of a problem into its state (module docstring's rule);
-    returns why it moved to another stage, or "" when it stayed."""
+    """Fold one step's ok GFLOPS of a problem into its state; returns why it moved to another
+    stage, or "" when it stayed. With g the best of `gflops` and m the mark (the best GFLOPS
+    at the stage's last significant improvement, 0 on entering it):
+
+        improved  <=>  g >= m (1 + min_improvement)  and  g > 0     (then m := g, stale := 0)
+        else, once m > 0, stale += 1
+        advance   <=>  stale >= patience   or   steps seen in the stage >= max_steps
+
+    A stage with no ok kernel yet (m = 0) does not plateau; only max_steps moves it on. After
+    the last stage, `after_last` "cycle" goes back to the first, "hold" stays."""
     last = len(settings.stages) - 1
     if state.stage == last and settings.after_last == "hold":
         state.best = max([state.best, *gflops])

@@ -1,41 +1,8 @@
 """One RL step, read top to bottom: `start_step` (gen, and what needs the sampling policy)
-then `finish_step` (the rest, one phase a block); `rl_step` is the two in turn.
-
-One step, in verl's phase names (each timed as `timing_s/<phase>`; the functions: `phases`):
-
-    gen           draw prompts_per_step prompts (the task mixture), template them (a GEMM
-                  problem's at its SQD stage, with sqd.enabled), sample G completions of each
-                  within its task's generation budget (the generation backend; ZeRO-3 weights
-                  gathered once); row g of the step's prompt i draws its own stream,
-                  `derive_seed(derive_seed(run.seed, "rollout", step, i), g)`, so the
-                  completions do not depend on how many ranks share the step
-    reward        `submit_rewards` at the end of `start_step` (GEMM requests go to the bench,
-                  each with its stage's forbidden techniques; text tasks in process), then
-                  `collect_rewards` (unscored ones are dropped from the loss and counted; SQD
-                  sees the results: archive, advancement), `refill` (DAPO's: more prompts
-                  until the batch holds prompts_per_step groups with reward contrast, with
-                  algorithm.refill_rounds > 1) and `shape_rewards` (DAPO's overlong shaping
-                  when the preset has a buffer)
-    old_log_prob  the sampling policy's token log-probs, when the update is off-policy at all
-                  (num_iterations > 1, several optimizer steps per batch, KL in the reward, or
-                  max_staleness 1); else the update is exactly on-policy (ratio 1 on its first
-                  pass). Taken right after generation, before any later update
-    ref           `reference_logprobs`, when the method needs them
-    adv           `compute_advantages`: KL folded into the reward (kl_in_reward presets), DAPO's
-                  dynamic sampling, advantages (groups = the prompts), the weighting's weights
-                  (HARGO, `algorithms.weighting`, which keeps its running state)
-    update_actor  `update_actor`: num_iterations passes over the batch: micro-batches of
-                  micro_batch_size rows, grad_accum of them per optimizer step; each micro-batch
-                  loss uses the whole optimizer step's denominators (tokens / sequences), so they
-                  add up to that step's full-batch loss (the engine's summed-loss convention)
-
-The metrics record and the rollout rows are built after the phases from what they returned
-(`step_record`). What the update does comes from the resolved preset
-(`algorithms.resolve_algorithm`): its `loss` picks the update (`updates.update_for`: the policy
-loss, or dpo, sft), its other fields the estimator, the weighting, KL, dynamic sampling and
-overlong shaping. Task labels never reach the algorithms: per-task statistics are computed from
-the step's rows afterwards, for the log (the one exception is HARGO's label control, an
-ablation row: `algorithms.hargo_labels`).
+then `finish_step` (the rest, one phase a block, in verl's phase names: gen, reward,
+old_log_prob, ref, adv, update_actor); `rl_step` is the two in turn, `refill` DAPO's extra
+generation rounds. What each phase does: docs/training.md, "One step"; what the update does
+comes from the resolved preset, never from the method's name.
 """
 
 from __future__ import annotations
@@ -84,6 +51,9 @@ def start_step(ctx: RunContext, state: LoopState, step: int, prompts: int | None
 
     Under W ranks every rank draws the same prompts (the same sampler, the same seed) and
     generates for its contiguous share (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups).
+    Row g of the step's prompt i samples its own stream,
+    `derive_seed(derive_seed(run.seed, "rollout", step, i), g)` (the backend derives the
+    second), so the completions do not depend on how many ranks share the step.
     Rank 0 submits every rank's completions. `prompts` (default rollout.prompts_per_step) and
     `first` (the index of its first prompt in the step, for its seeds) serve a refill round."""
     G = ctx.config.rollout.num_generations
