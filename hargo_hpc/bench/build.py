@@ -1,39 +1,14 @@
 """Build: compile the kernel as its own translation unit, inspect it, link it with the child
-side of the judge.
+side of the judge, into a static `kernel.bin` the judge execs.
 
-    kernel.c --[compiler flags -include hargo_gemm.h -S]--> kernel.s               (sandbox run 1)
-    kernel.s --[no .incbin/.include/.macro..., no /* comments */: checked here]
-    kernel.s --[-c]--> object --[-r -Wl,-d: commons allocated]--> --[objcopy
-        --keep-global-symbol=gemm: every other symbol local]--> kernel.o --[readelf -s -S -W,
-        size guard]--> kernel.o + kernel_main.o --[-static -fopenmp -lm]--> kernel.bin (run 2)
-    kernel.o's readelf --[validate.check_object, check_static_size, check_artefact_size,
-        check_writable_code]--> kernel.bin's program headers --[validate.check_binary: no
-        writable and executable LOAD segment, no executable stack]--> accepted, or rejected
+    kernel.c -> kernel.s (checked) -> kernel.o (one global symbol, gemm; checked) ->
+    + kernel_main.o -> kernel.bin (checked)
 
-Both runs are sandboxed (sandbox.py) with a `view`: in their own mount namespace the compiler,
-the assembler and the linker see only the toolchain (/usr and the merged-/usr links, the
-compiler's own prefix, paths named in the flags) and the build directory, so no include,
-`.incbin` or other trick can read any other file; the text checks (validate.py, the assembly
-scan here) are the early, cheap refusal with a clear message, and the only line where no mount
-namespace can be made (the record then lists `mountns` as unavailable).
-
-`kernel.bin` is static: the judge execs it under a seccomp filter that opens no file, so it must
-need no dynamic loader and no shared library. The judge itself (judge.c) and `kernel_main.o` are
-trusted, compiled once per compiler (`harness`). The prototype header makes a wrongly typed gemm
-a compiler error ("conflicting types"), reported as a format violation. Builds are cached by
-hash(source, compiler identity, flags, harness sources, pipeline) - see cache.py; the compiler
-identity includes `--version` and the resolved target (`-Q --help=target` under the flags), so
-`-march=native` on a different CPU is a new key.
-
-Infra or policy, by evidence: a failure is only *suspected* to be the machine's when the
-toolchain itself says so - a line that is not a diagnostic located in a source file (not
-`kernel.c:LINE:COL: ...`, not the source excerpt gcc prints under it, so no `#warning` or comment
-text of the completion) names a machine failure (`No space left on device`, ...), a program was
-killed or could not be run, the compiler failed without locating any error, or an object that
-passed every check does not link. A suspicion is confirmed by a probe: the shipped naive kernel
-through the same path and settings (remembered per process and compiler for PROBE_TTL_S). If
-the probe builds, the failure is the completion's `compile_error` (not cached); if not, it is
-`infra_error`. A `compile_error` is cached only when its diagnostic is located in kernel.c.
+Both compiler runs are sandboxed with a `view` of only the toolchain and the build directory.
+A failure counts as the machine's (`infra_error`) only when the toolchain says so and a probe
+(the naive kernel through the same path) confirms it; else it is the completion's
+`compile_error`. Builds are cached (cache.py). Each check and why: docs/bench.md, "Build and
+cache".
 """
 
 from __future__ import annotations

@@ -1,38 +1,10 @@
 """`hargo eval MODEL_OR_RUN_DIR`: a model's answers on the held-out split, scored.
 
-What is evaluated (`resolve_target`):
-
-- a **run directory** (it holds the trainer's `config.toml`): its HF export (`export/`, or
-  `sft/export/` for an SFT-only run), on the tasks and data of its config, the held-out split
-  of its `data.eval_fraction` and split seed (the examples training never drew), scored with
-  its reward settings; GEMM through its handoff and the bench like training. The baseline for
-  WinRate is the model the run started from (`model.path`: the SFT export when the run was
-  warm-started by `hargo submit`'s SFT job). Outputs go to `<run dir>/eval/`.
-- a **model directory** (an HF checkpoint, or `tiny` / `smollm2`): the four text tasks on the
-  shipped samples (or `--tasks`), split with seed 0 and eval fraction 0.2; outputs to `--out`.
-
-How many and how (`TaskPlan`, `plan_tasks`): each task evaluates at most its eval size of
-held-out examples (the TaskSpec's `eval_examples`, else the task's default `Task.eval_examples`:
-200 yes/no, 100 QA, every GEMM problem; `eval.max_examples` and `-n` cap them further), each
-`eval_samples` times (1 greedy answer; GEMM 4 kernels sampled at the rollout temperature),
-within the task's generation budget (`config.generation_budget`, as in training); `--sample`
-uses HPC-GPT's sampling settings (temperature 0.2, top-p 0.95) for the one-sample tasks.
-Each task's metrics are its own (`Task.metrics`): data-race F1 and adjusted F1, MLPerf exact
-match / token F1 / share over 40 characters, PLP similarity, GEMM's share ok and best GFLOPS;
-every text task also its mean reward (`reward_mean`, `Task.reward`). WinRate
-(`tasks.winrate`) pools the text tasks' pairs, each judged in both orders.
-
-Every metric that is a share or a mean comes with its 95 % interval over the examples
-(`eval.compare.intervals`, seeded bootstrap), and, with a baseline, the paired change
-run − baseline on the same examples (`eval.compare.paired`); WinRate with its interval (a
-difference from the baseline when it excludes 0.5). The baseline's answers are computed once
-and reused by every run that shares it (`eval.baseline_answers`).
-
-Written (`write_outputs`): `metrics.json` (format 2, read by `hargo report`), one predictions
-file per task as JSONL in the format `hargo eval score` reads (`output`, `prediction`,
-`instruction`, `input`, and `reward`; GEMM lines also carry the bench `record`), the
-baseline's next to it (`<task>.baseline.jsonl`), and `table.md`. Every file is written
-atomically.
+`resolve_target` says what is evaluated (a run's export on its own tasks and split, or a model
+on the shipped samples), `plan_tasks` how many examples and samples of each task, `evaluate`
+answers and scores them (GEMM through the bench) against a baseline, each share and mean with
+its 95 % interval and the paired change, and `write_outputs` writes metrics.json, the
+predictions and table.md atomically. What each choice is and why: docs/tasks.md, "`hargo eval`".
 """
 
 from __future__ import annotations

@@ -1,38 +1,10 @@
-"""Where this process sits in the job: rank, world size, local rank, the rendezvous address.
+"""Where this process sits in the job (rank, world size, local rank, the rendezvous address)
+and how ranks agree.
 
-Three sources, tried in this order by `detect`:
-
-1. **Standard variables** (`torchrun`, the `deepspeed` launcher, a user's own launcher):
-   `RANK` and `WORLD_SIZE` set; `LOCAL_RANK` (required when WORLD_SIZE > 1), `MASTER_ADDR`
-   and `MASTER_PORT` (both required when WORLD_SIZE > 1).
-2. **Slurm** (`srun`, or a submitit job): `SLURM_PROCID` and `SLURM_NTASKS` set and the
-   standard ones not. The values come from `submitit.helpers.TorchDistributedEnvironment`:
-   rank = SLURM_PROCID, world size = SLURM_NTASKS, local rank = SLURM_LOCALID, master address =
-   the first host of SLURM_JOB_NODELIST (127.0.0.1 in a one-node job, where the node's
-   name need not resolve), master port = MASTER_PORT when set, else a port in
-   20000-60000 drawn from a generator seeded with the job id (so every task of the job draws the
-   same one without talking); a job of one task binds port 0 instead (the kernel picks a free
-   one; a fixed port can be held by another process's connection at that moment).
-   submitit picks its Slurm reader only when SUBMITIT_EXECUTOR=slurm (set by submitit's own
-   sbatch file); under a plain `sbatch` + `srun` it is not set, so
-   `detect` sets it for the duration of the call and restores the environment after.
-   Inside an `sbatch` script *without* `srun` the batch step sees SLURM_NTASKS of the whole
-   allocation but is one process (and has no SLURM_STEP_ID, which every `srun` step has): with
-   SLURM_NTASKS > 1 there, `detect` refuses instead of waiting forever for ranks that never
-   start. Launch the trainer with `srun`, one task per rank.
-3. **Nothing set**: one process, rank 0 of 1, on 127.0.0.1 port 0 (the kernel picks a free
-   port as the store binds it: nothing can take it first).
-
-`export` writes the standard variables (what `torch.distributed`'s `env://` rendezvous and
-DeepSpeed read); `init` creates the process group (the backend chosen by torch for the
-devices present: gloo for CPU tensors, NCCL for CUDA ones) unless one exists; `teardown`
-waits at a barrier before destroying it (without the barrier gloo intermittently fails with
-`Gloo connectFullMesh failed` when one rank leaves first).
-
-The gather helpers are how ranks agree: each rank rewards its own share of the completions, then
-`gather_floats` concatenates everyone's list in rank order, so every rank holds the same global
-list and computes the same group statistics and advantages. With one process they return the
-input unchanged and need no process group.
+`detect` reads the standard variables (torchrun, the deepspeed launcher), else Slurm's (srun,
+submitit), else takes one process on a free local port; `init` / `teardown` create and end the
+process group; the gather helpers give every rank everyone's values in rank order, so all
+compute the same batch statistics. The rules and why: docs/engine.md, "Where a process sits".
 """
 
 from __future__ import annotations
