@@ -9,12 +9,15 @@ ZeRO-3; `z2-resume`: the z2 run stopped by SIGUSR1 on rank 0 after step 1 (the r
 stop, each writes its part of the checkpoint), then continued with `resume=True`;
 `z2-gen-stop`: the same with the signal during step 2's generation (the ranks agree at the
 boundary after it; the checkpoint holds step 2 in flight); `z3-sharded-ref`: the z3 run with
-the reference model partitioned over the ranks (`model.reference_device = "sharded"`).
+the reference model partitioned over the ranks (`model.reference_device = "sharded"`);
+`z3-real`: the z3 run with the real generation backend (HF `generate` on the ZeRO-3 engine's
+gathered weights, each row its own seeded stream).
 
-Generation goes through `GenerationDouble`, whose completions depend only on the prompt and
-the completion's index in its group, never on the rank or on how the prompts were shared out:
-a one-process run of the same config sees exactly the same batch, so the test can compare the
-updates.
+Generation goes through `GenerationDouble` except in `z3-real`: its completions depend only on
+the prompt and the completion's index in its group, never on the rank or on how the prompts
+were shared out, so a one-process run of the same config sees exactly the same batch over
+every step and the test can compare the updates. The real backend's rows are seeded the same
+way: at step 1 (the same weights everywhere) its completions equal a one-process run's.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def main(out: Path, runs: list[str]) -> None:
 
     torch.set_num_threads(1)
     env = distributed.init()
+    real_backend = loop.HFGenerateBackend
     loop.HFGenerateBackend = GenerationDouble  # type: ignore[misc, assignment]
     export_model = loop.export_model
     label = [""]
@@ -152,6 +156,10 @@ def main(out: Path, runs: list[str]) -> None:
                                    os.getpid(), signal.SIGUSR1))
             assert first.interrupted and first.step == 1, first
             loop.train(resumed, resume=True, log=lambda _: None, progress=False)
+        elif run == "z3-real":  # the real generation backend under ZeRO-3
+            loop.HFGenerateBackend = real_backend  # type: ignore[misc]
+            loop.train(config(out, "two_ranks_z3_real", 3), log=lambda _: None, progress=False)
+            loop.HFGenerateBackend = GenerationDouble  # type: ignore[misc, assignment]
         elif run == "z3-sharded-ref":  # the reference partitioned over the ranks by ZeRO-3
             place = loop.place_reference
 

@@ -3,8 +3,9 @@ steps the parameters are the same on both ranks and equal to a one-process run o
 global batch (the same prompts, the same completions through `GenerationDouble`), and rank 0's
 metrics and rollouts describe the whole batch. The same for a run stopped by a signal to rank 0
 and resumed, for a ZeRO-3 run whose reference model is partitioned over the ranks, and for the
-SFT paths: the sft preset after an SFT warm start (ZeRO-2) and
-`hargo sft` (ZeRO-3)."""
+SFT paths: the sft preset after an SFT warm start (ZeRO-2) and `hargo sft` (ZeRO-3). And with
+the real generation backend under ZeRO-3: the ranks agree, and step 1's completions are the
+one-process run's."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_confi
 
 torch.set_num_threads(1)
 STAGES = (2, 3)
-RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume", "z2-gen-stop", "z3-sharded-ref")
+RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume", "z2-gen-stop", "z3-sharded-ref", "z3-real")
 SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
@@ -42,9 +43,10 @@ LR, STEPS = 1e-3, 2
 
 def one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, loop.TrainResult]:
     # the environment as it is: WORLD_SIZE unset, or 1 after an earlier in-process engine
-    monkeypatch.setattr(loop, "HFGenerateBackend", GenerationDouble)
     quiet = {"log": lambda _: None}
-    return {"hargo": loop.train(config(tmp_path, "one", 2), progress=False, **quiet),
+    real = loop.train(config(tmp_path, "one_real", 2), progress=False, **quiet)
+    monkeypatch.setattr(loop, "HFGenerateBackend", GenerationDouble)
+    return {"real": real, "hargo": loop.train(config(tmp_path, "one", 2), progress=False, **quiet),
             "sft": loop.train(sft_config(tmp_path, "one_sft"), progress=False, **quiet),
             "sft-cli": loop.sft_run(sft_cli_config(tmp_path, "one_sft_cli"), **quiet)}
 
@@ -157,6 +159,21 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     assert_records_match(m.read_records(run_dir / "metrics.jsonl"),
                          m.read_records(single["sft"].metrics), ("sft/tokens",),
                          ("loss", "sft/nll", "grad_norm", "reward"), "sft preset")
+
+    # the real generation backend under ZeRO-3: the ranks agree, and at step 1 (the same
+    # weights everywhere) each row's completion is the one-process run's, whatever rank drew it
+    run_dir = tmp_path / "two_ranks_z3_real"
+    same_parameters(tmp_path, "z3-real", run_dir / "export")
+    records = m.read_records(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2] and all(r["rewards/scored"] == 8
+                                                          for r in records)
+
+    def completions(run: Path) -> list[str]:
+        lines = (run / "rollouts" / "step_000001.jsonl").read_text().splitlines()
+        return [json.loads(line)["completion"] for line in lines]
+
+    assert completions(run_dir) == completions(single["real"].run_dir)
+    assert len(set(completions(run_dir))) > 1  # sampled, not one answer copied
 
     # hargo sft under ZeRO-3
     run_dir = tmp_path / "two_ranks_sft_cli" / "sft"
