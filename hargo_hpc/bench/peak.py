@@ -1,35 +1,9 @@
 """The node's theoretical peak DP GFLOPS: the bound above which an `ok` run is `suspicious`.
 
-Derived at run time from what the machine says, never measured and never stored (a number
-measured earlier must not govern a later run):
-
-    peak  = cpus x f x F                      (GFLOPS; cpus = the run's threads)
-    bound = peak_margin x peak                (an ok run whose median GFLOPS exceed it: suspicious)
-
-* F, double-precision FLOP per cycle per CPU, the most any core of that instruction set issues
-  (two FMA pipes of the widest vector, 2 FLOP per FMA lane), from the CPU flags that every
-  processor in /proc/cpuinfo lists:
-
-      avx512f                 2 x 8 x 2 = 32
-      avx2 / fma / fma4       2 x 4 x 2 = 16
-      avx                     2 x 4     =  8   (one 256-bit add and one mul pipe, no FMA)
-      sse2                    2 x 2     =  4
-      aarch64 sve             2 x 8 x 2 = 32   (A64FX: two 512-bit FMA pipes)
-      aarch64 asimd           4 x 2 x 2 = 16   (four 128-bit FMA pipes)
-      anything else                       64   (unknown: generous)
-
-  Cores with one FMA pipe, 256-bit datapaths for 512-bit instructions (Zen 4) or hyperthreads
-  sharing one core's pipes (a CPU is a logical CPU here) have a lower real peak: F errs high.
-* f, the clock in GHz: the largest `cpufreq/cpuinfo_max_freq` of /sys/devices/system/cpu/cpu*
-  (the maximum turbo clock) where the kernel exposes cpufreq; else (VMs, no cpufreq driver)
-  NOMINAL_TURBO x the larger of the largest `cpu MHz` and the `@ x.yGHz` of the model name,
-  both nominal clocks that turbo exceeds (server parts turbo up to ~1.9 x base: 2.0 -> 3.8 GHz);
-  where no clock is reported at all, ASSUMED_GHZ.
-* peak_margin (`BenchSettings.peak_margin`, default 1.25): slack on top.
-
-Known limit: a VM that reports a base clock below half the host's single-core turbo (laptop
-parts: 1.3 -> 3.9 GHz) gives a bound an excellent single-threaded kernel can approach; raise
-`peak_margin` there.
+Derived at run time from what the machine says (`peak_from`: CPU flags and clock), never
+measured and never stored: a number measured earlier must not govern a later run. Each choice
+errs high; where a VM reports a base clock far below the host's turbo, raise `peak_margin`
+(docs/bench.md, "Status taxonomy and reward").
 """
 
 from __future__ import annotations
@@ -77,7 +51,21 @@ def cpu_flags(cpuinfo: str) -> frozenset[str]:
 
 
 def flop_per_cycle(flags: Iterable[str]) -> tuple[int, str]:
-    """(F, the flag it was chosen from): DP FLOP per cycle per CPU (module docstring)."""
+    """(F, the flag it was chosen from): DP FLOP per cycle per CPU, the most any core of the
+    instruction set issues (two FMA pipes of the widest vector, 2 FLOP per FMA lane), from the
+    flags every processor lists:
+
+        avx512f                 2 x 8 x 2 = 32
+        avx2 / fma / fma4       2 x 4 x 2 = 16
+        avx                     2 x 4     =  8   (one 256-bit add and one mul pipe, no FMA)
+        sse2                    2 x 2     =  4
+        aarch64 sve             2 x 8 x 2 = 32   (A64FX: two 512-bit FMA pipes)
+        aarch64 asimd           4 x 2 x 2 = 16   (four 128-bit FMA pipes)
+        anything else                       64   (unknown: generous)
+
+    Cores with one FMA pipe, 256-bit datapaths for 512-bit instructions (Zen 4) or
+    hyperthreads sharing one core's pipes (a CPU is a logical CPU here) have a lower real
+    peak: F errs high."""
     f = set(flags)
     for flag, flop in (("avx512f", 32), ("avx2", 16), ("fma", 16), ("fma4", 16), ("avx", 8),
                        ("sve", 32), ("asimd", 16), ("sse2", 4)):  # fmt: skip
@@ -87,8 +75,11 @@ def flop_per_cycle(flags: Iterable[str]) -> tuple[int, str]:
 
 
 def clock_ghz(cpuinfo: str, max_freq_khz: Sequence[int]) -> tuple[float, str]:
-    """(f in GHz, where it came from): the cpufreq maximum if any, else NOMINAL_TURBO x the
-    largest nominal reading of cpuinfo (`cpu MHz`, the model name's GHz), else ASSUMED_GHZ."""
+    """(f in GHz, where it came from): the largest `cpufreq/cpuinfo_max_freq` (the maximum
+    turbo clock) where the kernel exposes cpufreq; else (VMs, no cpufreq driver) NOMINAL_TURBO
+    x the largest nominal reading of cpuinfo (`cpu MHz`, the model name's `@ x.yGHz`), which
+    turbo exceeds (server parts turbo up to ~1.9 x base); where no clock is reported at all,
+    ASSUMED_GHZ."""
     good = [k for k in max_freq_khz if k > 0]
     if good:
         return max(good) / 1e6, "cpufreq cpuinfo_max_freq"
@@ -109,7 +100,10 @@ def clock_ghz(cpuinfo: str, max_freq_khz: Sequence[int]) -> tuple[float, str]:
 
 
 def peak_from(cpuinfo: str, max_freq_khz: Sequence[int], cpus: int, margin: float) -> Peak:
-    """The peak and bound of `cpus` CPUs from a /proc/cpuinfo text and the cpufreq maxima (kHz)."""
+    """The peak and bound of `cpus` CPUs from a /proc/cpuinfo text and the cpufreq maxima (kHz):
+
+        peak  = cpus x f x F            (GFLOPS; f: `clock_ghz`, F: `flop_per_cycle`)
+        bound = margin x peak           (`BenchSettings.peak_margin`, default 1.25)"""
     flop, isa = flop_per_cycle(cpu_flags(cpuinfo))
     ghz, source = clock_ghz(cpuinfo, max_freq_khz)
     gflops = max(1, cpus) * ghz * flop
