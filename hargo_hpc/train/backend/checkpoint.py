@@ -1,33 +1,10 @@
 """What a resume needs beyond the engine's own state, and the checkpoint layout on disk.
 
-A checkpoint root (`<run dir>/checkpoints`) holds one directory per saved step and a pointer:
-
-```
-checkpoints/
-  latest                      the tag of the newest complete checkpoint (one line, no newline)
-  step_000010/                DeepSpeed's files (module, optimizer, LR scheduler, per rank)
-    mp_rank_00_model_states.pt, zero_pp_rank_*_optim_states.pt, ...
-    hargo_state.json          the trainer state (below) and who wrote it
-    rng_rank0.pt ...          every rank's RNG states
-  .partial-step_000020/       a save in progress (or one killed half-way): never pointed at
-  zero_to_fp32.py             DeepSpeed's recovery script
-```
-
-A save writes everything into `.partial-<tag>`, waits until every rank is done, then rank 0
-renames the directory to `<tag>` (one `rename`) and replaces `latest` with `write_atomic`. A
-`kill -9` at any moment leaves `latest` naming the previous complete checkpoint (or nothing);
-the next save removes the stale partial directory. A tag that exists already is never
-overwritten: the new checkpoint gets `<tag>.1`, `<tag>.2`, ... `latest` has the format DeepSpeed
-writes itself, so DeepSpeed's tools (`zero_to_fp32.py`) read these roots too.
-
-The trainer state is an opaque JSON dict for the engine (`client_state`); `TrainerState` is the
-shape the loop fills: the step counter, the prompt sampler's state, HARGO's running contrast,
-the handoff step, SQD's state and the config hash. RNG states (Python `random`, NumPy's global
-generator, torch CPU, CUDA when available) are per rank, captured and restored by the engine's
-save and load.
-
-`config_hash` is SHA-256 over the resolved config's TOML text; a resume whose hash differs from
-the checkpoint's is refused with one line naming both (`check_resume`).
+A checkpoint root holds one directory per saved step and a `latest` pointer in DeepSpeed's own
+format; a save goes to `.partial-<tag>` and is renamed once every rank is done, so a `kill -9`
+at any moment leaves `latest` on a complete checkpoint. `TrainerState` is what the loop keeps
+besides the engine (step, sampler, weighting, handoff step, SQD, config hash); `check_resume`
+refuses a resume under another config. The layout and each rule: docs/engine.md, "Checkpoints".
 """
 
 from __future__ import annotations

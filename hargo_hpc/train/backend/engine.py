@@ -2,33 +2,10 @@
 
 The only module of the project that imports deepspeed. `build_engine` turns the trainer's
 settings into a DeepSpeed config (saved as `<run dir>/deepspeed_config.json`, or a user's own
-JSON file instead), a Torch AdamW client optimizer and a warmup schedule, and wraps
-`deepspeed.initialize` in an `Engine` with the handful of calls the loop needs.
-
-Loss scaling (docs/engine.md has the derivation). The loop splits one optimizer step's batch
-(grad_accum micro-batches on each of W ranks) into micro-batch losses that already use the
-*global* denominators (the token or sequence count of the whole batch over all ranks), so
-
-    L_full = Σ_{r=1..W} Σ_{m=1..A} L_{r,m}.
-
-DeepSpeed would divide each micro-batch loss by A (`scale_wrt_gas`) and average gradients over
-the W ranks. `Engine.backward` therefore passes `scale_wrt_gas=False` and multiplies the loss
-by W, so after DeepSpeed's mean over ranks the gradient in the optimizer is exactly ∇L_full:
-
-    (1/W) Σ_r ∇(W · Σ_m L_{r,m}) = ∇L_full.
-
-Call order per micro-batch: `loss = ...; engine.backward(loss); engine.step()`; the optimizer
-(and the LR schedule) steps on every A-th call of `step()`, which returns True then.
-
-LR schedule: λ(s), s = optimizer steps taken so far, lr = base · λ(s):
-
-    s < S:          λ = lr_S / base              (the SFT warm start, at its own lr)
-    s' < W_u:       λ = (s' + 1) / (W_u + 1)     (linear warmup; no step at lr 0)
-    constant:       λ = 1
-    cosine:         λ = m + (1 − m) · ½ (1 + cos(π · min(1, (s' − W_u) / (T − W_u))))
-
-with s' = s − S, S = sft_steps (0 without a warm start in this engine), lr_S = sft_lr,
-W_u = warmup_steps, T = total_steps (optimizer steps after the warm start), m = min_lr_ratio.
+JSON file instead), a Torch AdamW client optimizer and a warmup schedule (`WarmupSchedule`),
+and wraps `deepspeed.initialize` in an `Engine` with the handful of calls the loop needs: per
+micro-batch `engine.backward(loss)` (its docstring: how the loss is scaled) then
+`engine.step()`. docs/engine.md explains each choice.
 """
 
 from __future__ import annotations
@@ -67,7 +44,16 @@ class EngineError(HargoError, ValueError):
 
 @dataclass
 class WarmupSchedule:
-    """λ(s) of the module doc; a callable object so LambdaLR checkpoints its settings."""
+    """The LR factor λ(s), s = optimizer steps taken so far, lr = base · λ(s):
+
+        s < S:          λ = lr_S / base              (the SFT warm start, at its own lr)
+        s' < W_u:       λ = (s' + 1) / (W_u + 1)     (linear warmup; no step at lr 0)
+        constant:       λ = 1
+        cosine:         λ = m + (1 − m) · ½ (1 + cos(π · min(1, (s' − W_u) / (T − W_u))))
+
+    with s' = s − S, S = sft_steps (0 without a warm start in this engine), lr_S = sft_lr,
+    W_u = warmup_steps, T = total_steps (optimizer steps after the warm start),
+    m = min_lr_ratio. A callable object, so LambdaLR checkpoints its settings."""
 
     warmup_steps: int
     total_steps: int
@@ -389,9 +375,14 @@ class Engine:
         self._ds.eval()
 
     def backward(self, loss: torch.Tensor) -> float:
-        """Accumulate ∇loss, for a micro-batch loss with global denominators (module doc):
-        no 1/grad_accum, times world size against DeepSpeed's mean over ranks. Returns the
-        loss as a float."""
+        """Accumulate ∇loss of one micro-batch; returns the loss as a float. The loop's
+        micro-batch losses use the whole optimizer step's denominators (the token or sequence
+        count over A = grad_accum micro-batches on each of W ranks), so they sum to the
+        full-batch loss, L_full = Σ_{r=1..W} Σ_{m=1..A} L_{r,m}. DeepSpeed would divide each by
+        A (`scale_wrt_gas`) and average gradients over the ranks; passing W · loss without that
+        division leaves exactly ∇L_full in the optimizer:
+
+            (1/W) Σ_r ∇(W · Σ_m L_{r,m}) = ∇L_full."""
         self._ds.backward(loss * self.world_size, scale_wrt_gas=False)
         return float(loss.detach())
 
