@@ -197,7 +197,8 @@ def compare(base: Path, requests: int, workers: int, repeats: int, peer_repeats:
 
 
 def one_step(trainer: Trainer, step: int, requests: int, workers: int, peer: bool) -> Run:
-    batch = [{"id": f"r{i:06d}", "completion": "void gemm(){}"} for i in range(requests)]
+    batch = [{"id": f"r{i:06d}", "kind": "gemm", "payload": {"completion": "void gemm(){}"}}
+             for i in range(requests)]
     started = time.monotonic()
     trainer.submit(step, batch)
     submitted = time.monotonic()

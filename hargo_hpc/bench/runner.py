@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,24 @@ def run_request(
     except (ValueError, TypeError, AttributeError) as err:
         return BenchResult(request_id=rid, reason=f"bad request: {err}").to_dict()
     return run_bench(req, settings, cache_dir=cache_dir).to_dict()
+
+
+def gemm_workload(config: Any = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The bench as the handoff's request kind `gemm` (`handoff.workloads`): a request
+    {id, kind, payload} is `run_request` of the payload (`contract.BenchRequest`'s fields but
+    the id) with its id, under the experiment's `[bench]` settings (`config.bench`; the
+    defaults without a config) and compile cache."""
+    from hargo_hpc.bench.settings import BenchSettings
+
+    settings = config.bench if config is not None else BenchSettings()
+    cache_dir = settings.cache_dir or None
+
+    def run(request: dict[str, Any]) -> dict[str, Any]:
+        payload = request.get("payload") if isinstance(request.get("payload"), dict) else {}
+        return run_request({**payload, "id": request.get("id", "")}, settings,
+                           cache_dir=cache_dir)
+
+    return run
 
 
 def run_bench(

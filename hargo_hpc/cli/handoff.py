@@ -17,6 +17,7 @@ import click
 from pydantic import ValidationError
 
 from hargo_hpc.cli.support import CONTEXT, UsageFailure, command, group
+from hargo_hpc.config import load_config
 from hargo_hpc.handoff import retention, schema
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.status import gather, render
@@ -117,7 +118,8 @@ def handoff_schema(kind: str | None) -> None:
 @click.option("--fsync/--no-fsync", default=None,
               help="fsync results before they are linked into place [handoff.fsync]")
 @click.option("--workload", metavar="MODULE:FUNCTION",
-              help="a callable request -> record instead of the real bench")
+              help="a callable request -> record for every request, instead of each kind's "
+              "registered workload (the bench for gemm)")
 @click.option("--worker-id", help="default: Slurm array job/task or job id, host, pid")
 @click.option("-q", "--quiet", is_flag=True, help="log warnings and errors only")
 def worker(
@@ -134,13 +136,15 @@ def worker(
     with status 1 when a workload thread crashed or when too many runs ended infra_error
     (--max-infra-share), with the first error's message.
     """
-    from hargo_hpc.handoff.worker import Worker, bench_workload
+    from hargo_hpc.handoff.worker import Worker
+    from hargo_hpc.handoff.workloads import Dispatch
 
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    settings, bench = _settings(job)
+    config = load_config(job) if job else None
+    settings = config.handoff if config is not None else HandoffSettings()
     options = {"lease_s": lease, "max_attempts": max_attempts, "fsync": fsync,
                "worker_max_idle_s": max_idle, "max_infra_share": max_infra_share}  # fmt: skip
     updates = {key: value for key, value in options.items() if value is not None}
@@ -148,8 +152,7 @@ def worker(
         settings = HandoffSettings.model_validate({**settings.model_dump(), **updates})
     except ValidationError as err:
         raise UsageFailure(schema.first_error(err, "--max-idle/--lease")) from None
-    cache_dir = (bench.cache_dir or None) if bench is not None else None
-    run = _load_workload(workload) if workload else bench_workload(bench, cache_dir)
+    run = _load_workload(workload) if workload else Dispatch(config)
     stopped = Worker(
         directory, run, settings=settings, threads=threads or settings.worker_threads,
         max_requests=max_requests, worker_id=worker_id,
@@ -158,15 +161,6 @@ def worker(
     click.echo(f"worker stopped: {stopped}", err=True)
     if stopped.failed:  # a workload thread crashed, or the harness fails: exit status 1
         sys.exit(1)
-
-
-def _settings(job: str | None) -> tuple[HandoffSettings, Any]:
-    if not job:
-        return HandoffSettings(), None
-    from hargo_hpc.config import load_config
-
-    config = load_config(job)
-    return config.handoff, config.bench
 
 
 def _load_workload(spec: str) -> Any:

@@ -13,6 +13,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "HandoffSettings": "hargo_hpc.handoff.settings",
     "Trainer": "hargo_hpc.handoff.trainer",
     "Worker": "hargo_hpc.handoff.worker",
-    "bench_workload": "hargo_hpc.handoff.worker",
+    "Dispatch": "hargo_hpc.handoff.workloads",
+    "register_workload": "hargo_hpc.handoff.workloads",
     "worker_id_from_env": "hargo_hpc.handoff.worker",
 })

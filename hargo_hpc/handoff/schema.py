@@ -13,12 +13,12 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hargo_hpc.bench.contract import BenchRequest
-from hargo_hpc.bench.status import STATUSES
 from hargo_hpc.handoff.errors import SchemaError
 from hargo_hpc.handoff.layout import valid_request_id
 
-VERSION = 1
+VERSION = 2  # 2: a request is {id, kind, payload}, the kind's own data opaque here
+KIND_NAME = r"^[a-z][a-z0-9_]{0,63}$"
+INFRA_ERROR = "infra_error"  # the one status the protocol reads: not scored, retried
 
 
 class _File(BaseModel):
@@ -27,10 +27,16 @@ class _File(BaseModel):
     version: int = VERSION
 
 
-class Request(BenchRequest):
-    """One completion to benchmark: the GEMM contract's fields (`bench.contract.BenchRequest`:
-    id, completion, problem, stage, forbidden; other keys kept), with the handoff's rule that
-    the id is a file name; passed to the workload as a plain dict."""
+class Request(BaseModel):
+    """One item of remote work: `id` (unique within the step; a file name), `kind` (the remote
+    reward that runs it: `handoff.kinds`) and `payload` (that kind's own data, opaque here: the
+    kind checks and versions it). Passed to the worker's workload as a plain dict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: str = Field(pattern=KIND_NAME, description="the remote reward kind (handoff.kinds)")
+    payload: dict[str, Any] = Field(default_factory=dict, description="the kind's own data")
 
     @field_validator("id")
     @classmethod
@@ -79,12 +85,13 @@ class Released(_File):
 
 
 class Record(BaseModel):
-    """The bench's record (any extra fields are kept as they are)."""
+    """A kind's result record (any extra fields are kept as they are). `status` is the kind's
+    own word for the outcome; the protocol reads one: `infra_error`, never scored."""
 
     model_config = ConfigDict(extra="allow")
 
     request_id: str
-    status: Literal[STATUSES]  # type: ignore[valid-type]
+    status: str = Field(min_length=1)
     reward: float | None = None
 
 
@@ -198,7 +205,7 @@ def result_envelope(
 
 def infra_record(rid: str, error: str) -> dict[str, Any]:
     """The record of a request that failed for infrastructure reasons (never scored)."""
-    return {"request_id": rid, "status": "infra_error", "reward": None, "error": error}
+    return {"request_id": rid, "status": INFRA_ERROR, "reward": None, "error": error}
 
 
 def dump(item: BaseModel) -> dict[str, Any]:

@@ -415,7 +415,7 @@ def _attempt_of(path: Path) -> int | None:
 
 
 def _plain(request: schema.Request) -> dict[str, Any]:
-    return request.model_dump(mode="json", exclude_none=True)
+    return request.model_dump(mode="json")
 
 
 def _delivered(result: schema.Result) -> dict[str, Any]:

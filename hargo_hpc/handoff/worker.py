@@ -18,10 +18,10 @@ The main loop rewrites the heartbeat and ends the worker on the stop sentinel, a
 crashed. Every held claim is then released at once (a `.released` marker next to it) so that
 another worker takes it over without waiting for the lease.
 
-The workload is any callable request-dict -> result-dict; the default is the real bench
-(`hargo_hpc.bench.run_request`). A workload exception or an `infra_error` record is an
-infrastructure failure: the attempt is marked `.failed` and the request retried, until
-`max_attempts` failures, after which the `infra_error` result is written.
+The workload is any callable request-dict -> result-dict; the default (`workloads.Dispatch`)
+runs each request by its kind, the bench for `gemm`. A workload exception or an `infra_error`
+record is an infrastructure failure: the attempt is marked `.failed` and the request retried,
+until `max_attempts` failures, after which the `infra_error` result is written.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,11 @@ from hargo_hpc.handoff.layout import Layout
 from hargo_hpc.handoff.leases import Held, Leases
 from hargo_hpc.handoff.settings import HandoffSettings
 from hargo_hpc.handoff.steps import STEP_BACKOFF_MAX_S, StepCatalogue
+from hargo_hpc.handoff.workloads import Dispatch, Workload
 
-__all__ = ["Exit", "ExitReason", "Held", "Worker", "Workload", "bench_workload",
-           "worker_id_from_env"]
+__all__ = ["Exit", "ExitReason", "Held", "Worker", "Workload", "worker_id_from_env"]
 
 log = logging.getLogger("hargo_hpc.handoff.worker")
-Workload = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def worker_id_from_env(
@@ -69,21 +68,6 @@ def worker_id_from_env(
     parts.append(host or socket.gethostname().split(".")[0])
     parts.append(f"pid{os.getpid() if pid is None else pid}")
     return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
-
-
-def bench_workload(settings: Any = None, cache_dir: str | None = None) -> Workload:
-    """The real compile-and-time bench as a workload (`hargo_hpc.bench.run_request`)."""
-    try:
-        from hargo_hpc.bench import run_request
-        from hargo_hpc.bench.settings import BenchSettings
-    except ImportError as err:
-        raise HandoffError(f"the bench is not available: {err}") from None
-    bench_settings = settings if settings is not None else BenchSettings()
-
-    def run_bench(request: dict[str, Any]) -> dict[str, Any]:
-        return run_request(request, bench_settings, cache_dir=cache_dir)
-
-    return run_bench
 
 
 class Worker:
@@ -115,7 +99,7 @@ class Worker:
             self.layout.workers.mkdir(exist_ok=True)
         except OSError as err:
             raise describe(err, "create", self.layout.workers) from None
-        self.workload = workload or bench_workload()
+        self.workload = workload or Dispatch()
         self.threads = max(1, threads)
         self.max_idle_s = settings.worker_max_idle_s if max_idle_s is None else max_idle_s
         self.max_requests = max_requests

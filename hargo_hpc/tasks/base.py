@@ -72,6 +72,7 @@ class Task(ABC):
     files: ClassVar[tuple[str, ...]] = ()  # the published file names (HPC-GPT), for a directory
     sample: ClassVar[str] = ""  # the shipped sample's file name in hargo_hpc/tasks/samples/
     remote: ClassVar[bool] = False  # True: rewarded by the bench through the handoff (GEMM)
+    reward_kind: ClassVar[str] = ""  # a remote task's request kind (handoff.workloads); '' = name
     staged: ClassVar[bool] = False  # True: SQD stages its prompts per problem (GEMM)
     # 'module:function' giving (user text, completion) SFT pairs of its examples, for a task
     # whose data has no reference answers (GEMM: tasks.corpus.sft_examples); '' = the answers
@@ -135,12 +136,12 @@ class Task(ABC):
         """One reward per (example, completion) pair, computed here (text tasks)."""
         raise NotImplementedError(f"task {self.name!r} is rewarded remotely (request/record)")
 
-    def request(self, example: Example, completion: str, request_id: str, *,
-                stage: int | None = None,
-                forbidden: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
-        """The handoff request of a remotely rewarded task: the plain data of a
-        `bench.contract.BenchRequest` (id, completion, problem; the SQD `stage` and the
-        techniques its prompt `forbidden`)."""
+    def request(self, example: Example, completion: str, *, stage: int | None = None,
+                forbidden: Sequence[str] | None = None) -> dict[str, Any]:
+        """The payload of a remotely rewarded task's handoff request (plain JSON data that the
+        workload of its `reward_kind` reads; the trainer adds the id and the kind): GEMM's is
+        a `bench.contract.BenchRequest` but its id (completion, problem; the SQD `stage` and
+        the techniques its prompt `forbidden`)."""
         raise NotImplementedError(f"task {self.name!r} is rewarded in process (reward)")
 
     def reward_from_record(self, record: Mapping[str, Any]) -> float | None:

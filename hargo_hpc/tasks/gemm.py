@@ -199,24 +199,16 @@ class Gemm(Task):
         found = extract_code(completion) if isinstance(completion, str) else None
         return found.code if found is not None else ""
 
-    def request(
-        self,
-        example: Example,
-        completion: str,
-        request_id: str,
-        *,
-        stage: int | None = None,
-        forbidden: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """The handoff request's plain data (`bench.contract.BenchRequest`): id, the raw
-        completion, the example's problem ({name, M, N, K}: `bench.result.Problem.from_dict`),
-        the SQD stage and its forbidden techniques (canonical names; ValueError for an unknown
-        one), or None."""
+    def request(self, example: Example, completion: str, *, stage: int | None = None,
+                forbidden: Sequence[str] | None = None) -> dict[str, Any]:
+        """The payload of the `gemm` request: a `bench.contract.BenchRequest` but its id (the
+        bench's `gemm_workload` adds it back): the raw completion, the example's problem
+        ({name, M, N, K}: `bench.result.Problem.from_dict`), the SQD stage and its forbidden
+        techniques (canonical names; ValueError for an unknown one), where given."""
         return BenchRequest(
-            id=request_id, completion=completion, problem=dict(example.meta["problem"]),
-            stage=stage,
+            id="", completion=completion, problem=dict(example.meta["problem"]), stage=stage,
             forbidden=normalise_forbidden(list(forbidden)) if forbidden is not None else None,
-        ).model_dump()  # fmt: skip
+        ).model_dump(exclude={"id"}, exclude_none=True)
 
     def reward_from_record(self, record: Mapping[str, Any]) -> float | None:
         """The record's reward as `bench.reward.record_reward` decides it: its `reward`; None

@@ -28,9 +28,10 @@ def fast() -> HandoffSettings:
 
 
 def make_requests(n: int, prefix: str = "r") -> list[dict[str, Any]]:
+    """n requests of the test kind `double` (the doubles of doubles.py read their payload)."""
     return [
-        {"id": f"{prefix}{i:05d}", "completion": "x" * (i % 7 + 1), "problem": {"n": 64},
-         "stage": i % 3, "forbidden": ["openmp"]}
+        {"id": f"{prefix}{i:05d}", "kind": "double",
+         "payload": {"completion": "x" * (i % 7 + 1), "problem": {"n": 64}, "stage": i % 3}}
         for i in range(n)
     ]
 

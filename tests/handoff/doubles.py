@@ -26,7 +26,7 @@ def sleeping_workload_double(request: dict[str, Any]) -> dict[str, Any]:
     _log_call(request)
     fixed = os.environ.get("HANDOFF_DOUBLE_SLEEP_S")
     time.sleep(float(fixed) if fixed else random.uniform(0.005, 0.03))
-    return _ok(request, reward=float(len(request["completion"])))
+    return _ok(request, reward=float(len(request["payload"]["completion"])))
 
 
 def _log_call(request: dict[str, Any]) -> None:
@@ -51,7 +51,7 @@ class CountingWorkloadDouble:
         self.calls[request["id"]] = self.calls.get(request["id"], 0) + 1
         if self.delay_s:
             time.sleep(self.delay_s)
-        return _ok(request, reward=float(len(request["completion"])))
+        return _ok(request, reward=float(len(request["payload"]["completion"])))
 
 
 class FlakyWorkloadDouble(CountingWorkloadDouble):

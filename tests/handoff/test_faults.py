@@ -191,7 +191,7 @@ def test_lost_timeout_link_delivers_what_won(
     trainer.submit(1, make_requests(1))
     real, calls = trainer_module.create_exclusive, []
     worker_result = {
-        "kind": "result", "version": 1, "step": 1, "request_id": "r00000", "attempt": 1,
+        "kind": "result", "version": 2, "step": 1, "request_id": "r00000", "attempt": 1,
         "worker_id": "w", "written_at": 0.0,
         "record": {"request_id": "r00000", "status": "ok", "reward": 3.0},
     }
@@ -395,7 +395,7 @@ def test_quarantined_result_releases_its_attempt(root: Path) -> None:
     trainer.submit(1, make_requests(1))
     layout = Layout(root)
     layout.claim(1, "r00000", 1).write_text("")  # attempt 1 ran and wrote a broken result
-    layout.result(1, "r00000").write_text('{"kind": "result", "version": 1, "attempt": 1}')
+    layout.result(1, "r00000").write_text('{"kind": "result", "version": 2, "attempt": 1}')
     workload = CountingWorkloadDouble()
     with running_workers(root, workload, settings, count=1):
         record = trainer.collect(1, timeout=10)["r00000"]
@@ -414,7 +414,7 @@ def test_a_worker_that_found_the_step_complete_sees_the_quarantine_at_once(root:
     trainer.submit(1, make_requests(1))
     layout = Layout(root)
     layout.claim(1, "r00000", 1).write_text("")
-    layout.result(1, "r00000").write_text('{"kind": "result", "version": 1, "attempt": 1}')
+    layout.result(1, "r00000").write_text('{"kind": "result", "version": 2, "attempt": 1}')
     with running_workers(root, CountingWorkloadDouble(), settings, count=1) as (worker,):
         wait_until(lambda: worker.counts["scans"] >= 1, 10,
                    "a scan of the worker (it has seen the step complete)", poll=0.01)

@@ -107,7 +107,7 @@ def test_dead_claim_stamped_in_the_future_is_taken_over(root: Path) -> None:
     trainer.submit(0, make_requests(3))
     layout = Layout(root)
     dead = layout.claim(0, "r00001", 1)
-    dead.write_text('{"kind": "claim", "version": 1, "worker_id": "gone", "nonce": "x", '
+    dead.write_text('{"kind": "claim", "version": 2, "worker_id": "gone", "nonce": "x", '
                     '"claimed_at": 0}')
     future = time.time_ns() + SKEW_NS
     os.utime(dead, ns=(future, future))

@@ -36,10 +36,12 @@ def test_records_keep_the_bench_fields_and_say_where_they_came_from(
     root: Path, fast: HandoffSettings
 ) -> None:
     trainer = Trainer(root, fast, progress=False)
-    trainer.submit(0, [{"id": "a", "completion": "abc", "problem": "gemm", "stage": 1}])
+    trainer.submit(0, [{"id": "a", "kind": "double",
+                        "payload": {"completion": "abc", "problem": "gemm", "stage": 1}}])
 
     def rich_record(request: dict) -> dict:
-        assert request == {"id": "a", "completion": "abc", "problem": "gemm", "stage": 1}
+        assert request == {"id": "a", "kind": "double",
+                           "payload": {"completion": "abc", "problem": "gemm", "stage": 1}}
         return {"request_id": "a", "status": "ok", "reward": 3.5, "gflops": 12.0}
 
     with running_workers(root, rich_record, fast, count=1):
@@ -183,7 +185,7 @@ def test_resubmitting_other_ids_is_refused(root: Path, fast: HandoffSettings) ->
         trainer.submit(0, make_requests(4))
     with pytest.raises(ValueError, match="appears twice"):
         trainer.submit(1, make_requests(2) * 2)
-    with pytest.raises(ValueError, match=r"request #0: completion"):
+    with pytest.raises(ValueError, match=r"request #0: kind"):
         trainer.submit(1, [{"id": "a"}])
     with pytest.raises(ValueError, match="not submitted"):
         list(trainer.poll(0, ["zzz"]))
@@ -195,9 +197,9 @@ def test_unknown_and_corrupt_results_are_skipped_counted_and_rerun(
     trainer = Trainer(root, fast, progress=False)
     trainer.submit(0, make_requests(3))
     layout = Layout(root)
-    layout.result(0, "r00000").write_text('{"kind": "result", "version": 1, "st')  # corrupt
+    layout.result(0, "r00000").write_text('{"kind": "result", "version": 2, "st')  # corrupt
     layout.result(0, "stranger").write_text(json.dumps({
-        "kind": "result", "version": 1, "step": 0, "request_id": "stranger", "attempt": 1,
+        "kind": "result", "version": 2, "step": 0, "request_id": "stranger", "attempt": 1,
         "worker_id": "w", "written_at": 0.0,
         "record": {"request_id": "stranger", "status": "ok", "reward": 1.0}}))
     (layout.results(0) / ".tmp-abandoned").write_text('{"kind": "res')  # a killed writer

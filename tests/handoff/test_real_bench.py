@@ -7,11 +7,12 @@ record {request_id, status, reward, ...}. Needs a C compiler, as the bench does.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from hargo_hpc.bench.calibrate import kernel_source
-from hargo_hpc.handoff import HandoffSettings, Trainer, bench_workload
+from hargo_hpc.handoff import Dispatch, HandoffSettings, Trainer
 
 from .conftest import running_workers
 
@@ -35,13 +36,18 @@ def test_real_bench_end_to_end(root: Path, tmp_path: Path) -> None:
     trainer = Trainer(root, settings, progress=False)
     problem = {"size": 64, "check_size": 17}
     trainer.submit(0, [
-        {"id": "naive", "completion": NAIVE, "problem": problem, "stage": 0, "forbidden": []},
-        {"id": "broken", "completion": BROKEN, "problem": problem},
-        {"id": "prose", "completion": PROSE, "problem": problem},
+        {"id": "naive", "kind": "gemm",
+         "payload": {"completion": NAIVE, "problem": problem, "stage": 0, "forbidden": []}},
+        {"id": "broken", "kind": "gemm", "payload": {"completion": BROKEN, "problem": problem}},
+        {"id": "prose", "kind": "gemm", "payload": {"completion": PROSE, "problem": problem}},
+        {"id": "other", "kind": "unit_tests", "payload": {"completion": PROSE}},
     ])
-    workload = bench_workload(bench, cache_dir=str(tmp_path / "cache"))
+    workload = Dispatch(SimpleNamespace(bench=bench))  # each request by its kind's workload
     with running_workers(root, workload, settings, count=2):
         results = trainer.collect(0)
+    other = results.pop("other")  # a kind no workload is registered for: never scored
+    assert other["status"] == "infra_error" and not other["scored"]
+    assert "no workload for request kind 'unit_tests'" in other["error"]
     assert results["naive"]["status"] == "ok", results["naive"]
     assert isinstance(results["naive"]["reward"], float) and results["naive"]["scored"]
     assert results["broken"]["status"] in {"compile_error", "format_violation"}

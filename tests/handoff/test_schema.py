@@ -28,19 +28,20 @@ def test_bad_request_ids_are_rejected(rid: str) -> None:
 
 
 def test_unsupported_version_is_named() -> None:
-    obj = {"kind": "result", "version": 2, "step": 0}
-    with pytest.raises(SchemaError, match="unsupported result schema version 2"):
+    obj = {"kind": "result", "version": 1, "step": 0}  # a version this hargo no longer reads
+    with pytest.raises(SchemaError,
+                       match=r"unsupported result schema version 1 \(this hargo reads version 2\)"):
         schema.parse(schema.Result, obj, "f.json")
 
 
 def test_wrong_kind_and_bad_fields() -> None:
     with pytest.raises(SchemaError, match="expected a 'claim' file"):
-        schema.parse(schema.Claim, {"kind": "stop", "version": 1}, "x")
+        schema.parse(schema.Claim, {"kind": "stop", "version": 2}, "x")
     with pytest.raises(SchemaError, match=r"record\.status"):
         schema.parse(schema.Result, {
-            "kind": "result", "version": 1, "step": 0, "request_id": "a", "attempt": 1,
+            "kind": "result", "version": 2, "step": 0, "request_id": "a", "attempt": 1,
             "worker_id": "w", "written_at": 0.0,
-            "record": {"request_id": "a", "status": "great", "reward": 1},
+            "record": {"request_id": "a", "status": "", "reward": 1},  # a kind says something
         }, "x")
 
 

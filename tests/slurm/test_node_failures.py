@@ -91,7 +91,7 @@ from hargo_hpc.bench.settings import BenchSettings
 
 def run(request):
     time.sleep(float(os.environ["HARGO_TEST_BENCH_S"]))
-    return run_request(request, BenchSettings())
+    return run_request({**request["payload"], "id": request["id"]}, BenchSettings())
 '''
 
 

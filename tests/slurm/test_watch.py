@@ -235,7 +235,8 @@ def test_status_table_shows_states_progress_and_the_handoff(tmp_path: Path) -> N
     write_metrics(manifest.runs[1].dir, [{"step": 10, "reward": None}])
     (Path(manifest.runs[1].dir) / "finished.json").write_text('{"step": 10}\n')
     trainer = Trainer(manifest.handoff_dir, progress=False)
-    trainer.submit(2, [{"id": f"r{i}", "completion": "x"} for i in range(3)])
+    trainer.submit(2, [{"id": f"r{i}", "kind": "gemm", "payload": {"completion": "x"}}
+                       for i in range(3)])
     Layout(manifest.handoff_dir).claim(2, "r0", 1).write_text("{}")
     live_worker(Path(manifest.handoff_dir))
     states = watch.parse_sacct("123_0|RUNNING\n123_1|COMPLETED\n124_[0-1]|RUNNING\n")

@@ -76,8 +76,8 @@ def test_kernel_is_ok_under_the_bench(name: str, shape: str, settings: BenchSett
     task = Gemm()
     example = task.from_record({k: v for k, v in SHAPES[shape].items() if k != "check_size"}, 0)
     forbidden = [t for t in TECHNIQUES if t not in kernel.techniques]
-    request = task.request(example, kernel.completion, f"{name}-{shape}", stage=1,
-                           forbidden=forbidden)  # fmt: skip
+    request = {**task.request(example, kernel.completion, stage=1, forbidden=forbidden),
+               "id": f"{name}-{shape}"}
     request["problem"]["check_size"] = SHAPES[shape].get("check_size", settings.check_size)
     record = run_request(request, settings, cache_dir=bench_dirs[1])
     assert record["status"] == "ok", (record["status"], record["reason"], record["output"][:600])

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hargo_hpc.bench.contract import BenchRequest
 from hargo_hpc.bench.runner import Problem
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.bench.status import STATUSES
@@ -179,21 +180,22 @@ def test_extract_is_the_code_the_bench_compiles() -> None:
     assert task.extract("x" * 100_000 + "{;") == "x" * 100_000 + "{;\n"  # looks like C
 
 
-def test_the_request_validates_as_a_handoff_request() -> None:
+def test_the_payload_is_the_bench_request_but_its_id() -> None:
     task = Gemm()
     example = Gemm.load_problems()[0]
-    plain = task.request(example, "```c\n" + KERNEL + "```", "s3-p0-g1")
-    assert plain == {"id": "s3-p0-g1", "completion": "```c\n" + KERNEL + "```",
-                     "problem": {"name": "dgemm-256", "M": 256, "N": 256, "K": 256},
-                     "stage": None, "forbidden": None}  # fmt: skip
-    assert Request.model_validate(plain).model_dump() == plain
-    staged = task.request(example, "", "s3-p0-g2", stage=2, forbidden=["omp", "tiling"])
+    plain = task.request(example, "```c\n" + KERNEL + "```")
+    assert plain == {"completion": "```c\n" + KERNEL + "```",
+                     "problem": {"name": "dgemm-256", "M": 256, "N": 256, "K": 256}}
+    request = {"id": "s3-p0-g1", "kind": "gemm", "payload": plain}
+    assert Request.model_validate(request).model_dump() == request
+    bench = BenchRequest.model_validate({**plain, "id": "s3-p0-g1"})  # what the bench reads
+    assert (bench.id, bench.stage, bench.forbidden) == ("s3-p0-g1", None, None)
+    staged = task.request(example, "", stage=2, forbidden=["omp", "tiling"])
     assert staged["stage"] == 2 and staged["forbidden"] == ["openmp", "blocking"]
-    assert Request.model_validate(staged).forbidden == ["openmp", "blocking"]
     staged["problem"]["M"] = 1  # a copy: the example keeps its problem
     assert example.meta["problem"]["M"] == 256
     with pytest.raises(ValueError, match="unknown technique"):
-        task.request(example, "", "x", forbidden=["fortran"])
+        task.request(example, "", forbidden=["fortran"])
 
 
 RECORDS = [  # what the bench returns (the fields metrics reads), for four examples

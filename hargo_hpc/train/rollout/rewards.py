@@ -7,9 +7,9 @@ completion, in the order given:
   each task's `reward(examples, completions)` is called once with its share, and the rewards
   are put back in place.
 * A remote task (GEMM) is rewarded by the bench. Completion i becomes the request
-  `task.request(example, completion, f"r{i:05d}", stage=..., forbidden=...)` (the plain data of
-  a `bench.contract.BenchRequest`, the one request type; i: its index in the batch, so ids
-  are unique within the step and name the completion), the requests go out
+  {id `r{i:05d}`, kind `task.reward_kind` (or its name), payload `task.request(example,
+  completion, stage=..., forbidden=...)`} (i: its index in the batch, so ids are unique within
+  the step and name the completion), the requests go out
   with `handoff.Trainer.submit(step, ...)` before the text rewards are computed (the bench
   works meanwhile), and the records come back through `Trainer.poll`. Each record's reward is
   `task.reward_from_record(record)` (GEMM's: `bench.reward.record_reward`); where that is None
@@ -266,10 +266,10 @@ class RewardRouter:
         if self.liveness is not None:
             self.liveness(f"before step {step}")
         requests = [
-            owners[i].request(
-                examples[i], completions[i], request_id(i), stage=stage,
-                forbidden=None if forbidden is None else forbidden[i],
-            )
+            {"id": request_id(i), "kind": owners[i].reward_kind or owners[i].name,
+             "payload": owners[i].request(
+                 examples[i], completions[i], stage=stage,
+                 forbidden=None if forbidden is None else forbidden[i])}
             for i in remote
         ]
         trainer = self._handoff()
@@ -278,7 +278,7 @@ class RewardRouter:
         except HandoffError as err:
             raise RewardError(f"step {step}: {err}") from None
         for mine, theirs in zip(requests, stored, strict=True):
-            if _plain(mine) != _plain(theirs):
+            if mine != theirs:
                 raise RewardError(
                     f"step {step}: the handoff directory {self.handoff_dir} already holds a "
                     f"different batch for this step (request {mine['id']} differs): a resumed "
@@ -332,7 +332,3 @@ class _Watch:
         except WorkerDied:
             self.gone = True
 
-
-def _plain(request: Mapping[str, Any]) -> dict[str, Any]:
-    """A request as the handoff stores it (fields that are None left out)."""
-    return {key: value for key, value in request.items() if value is not None}
