@@ -1,6 +1,6 @@
-"""The GEMM request, defined once: what the task builds (`tasks.gemm.Gemm.request`), the handoff
-carries (`handoff.schema.Request`, the same fields plus its file-name rule on `id`) and the
-bench runs (`bench.runner.run_request` / `run_bench`).
+"""The GEMM request, defined once: what the task builds (`tasks.gemm.Gemm.request`: all but the
+id, the payload of a handoff request of kind `gemm`) and the bench runs
+(`bench.runner.gemm_workload` adds the id back; `run_request` / `run_bench`).
 
     id          unique within an RL step (the handoff makes it a file name)
     completion  the raw model text; the bench extracts the kernel from it

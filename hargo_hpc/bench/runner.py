@@ -5,7 +5,8 @@
             -> parse its verdict -> status -> reward (of g / g_ref)
 
 `run_bench` is the typed API (`contract.BenchRequest`, the one request type); `run_request` the
-dict-in / dict-out contract of the handoff worker.  Neither raises for anything the completion
+same from a plain dict; `gemm_workload` the handoff worker's workload for the request kind
+`gemm`.  Neither raises for anything the completion
 does: harness failures become `infra_error`.
 Timeouts nest: compile <= compile_timeout_s, run <= run_timeout_s, both within
 request_timeout_s of the request's start.

@@ -78,7 +78,9 @@ class Trainer:
     # ------------------------------------------------------------------ requests
 
     def submit(self, step: int, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Write the step's batch (once); return the batch as stored."""
+        """Write the step's batch (once); return the batch as stored. Submitting a step again
+        (a resumed trainer) keeps the stored batch when it is the same, request by request;
+        HandoffError (one line) when it differs."""
         items = [self._request(step, i, r) for i, r in enumerate(requests)]
         ids = [r.id for r in items]
         if len(set(ids)) != len(ids):
@@ -99,11 +101,14 @@ class Trainer:
             if create_exclusive(path, schema.dump(batch), fsync=self.settings.fsync):
                 self._batches[step] = [_plain(r) for r in items]
                 return self._batches[step]
-        stored = self.requests(step)
-        if [r["id"] for r in stored] != ids:
+        stored, mine = self.requests(step), [_plain(r) for r in items]
+        if stored != mine:
+            differs = next((a["id"] for a, b in zip(mine, stored, strict=False) if a != b),
+                           f"{len(stored)} stored, {len(mine)} now")
             raise HandoffError(
-                f"step {step} already holds a different batch ({len(stored)} requests); "
-                "a restarted trainer must resubmit the same ids"
+                f"step {step} already holds a different batch for this step (request "
+                f"{differs} differs): a restarted trainer must resubmit the same requests "
+                "(the same completions) or use a new handoff step"
             )
         log.info("step %d was already submitted; keeping the stored batch", step)
         return stored
