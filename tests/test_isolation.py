@@ -52,8 +52,9 @@ def test_handoff_worker_with_the_real_bench_writes_nothing_into_home(tmp_path: P
     root.mkdir()
     settings = HandoffSettings(lease_s=5, poll_interval_s=0.05, worker_max_idle_s=6)
     trainer = Trainer(root, settings, progress=False)
-    trainer.submit(0, [{"id": "k0", "completion": f"/* {tmp_path.name} */\n"
-                        + kernel_source("naive"), "problem": {"size": 48}}])
+    trainer.submit(0, [{"id": "k0", "kind": "gemm", "payload": {
+        "completion": f"/* {tmp_path.name} */\n" + kernel_source("naive"),
+        "problem": {"size": 48}}}])
     config = tmp_path / "job.toml"
     config.write_text("[bench]\nsize = 48\nrepetitions = 1\n")
     worker = subprocess.Popen(
