@@ -58,7 +58,9 @@ def test_gemm_sqd_trains_with_stages_and_reports(tmp_path: Path) -> None:
                           .joinpath("requests.json").read_text())["requests"]
     assert requests
     for r in requests:
-        assert r["forbidden"] == STAGES[start[r["problem"]["name"]]].forbid, r
+        assert r["kind"] == "gemm"
+        payload = r["payload"]
+        assert payload["forbidden"] == STAGES[start[payload["problem"]["name"]]].forbid, r
     for r in m.read_records(run_dir / "rollouts" / "step_000001.jsonl"):
         stage = STAGES[start[r["id"].removeprefix("gemm:")]]
         assert ("Forbidden techniques" in r["prompt"]) == (not stage.open), r["prompt"]
