@@ -1,32 +1,12 @@
 """What a submitit job runs: one `hargo` command line, as the child of submitit's job process.
 
 submitit pickles one of these callables per array task; in the job, its `_submit` process
-loads it and calls it (once per rank: submitit starts `tasks_per_node` x `nodes` of them with
-`srun`, each with Slurm's rank variables, which the trainer reads: train.backend.distributed).
-
-- `HargoCommand(argv, once=...)`: runs `argv` to its end, its output and errors into the
-  task's log; a non-zero exit raises `CommandFailed` (submitit records the task as failed, Slurm
-  sees a non-zero exit). `once`: only global rank 0 runs it (the jobs whose batch script runs
-  its command once, not once per task: bench worker, eval, report, stop). When the job ends
-  early (time limit, cancel) the command gets SIGUSR1 and a moment to let go of what it holds
-  (a bench worker releases its claims), then SIGKILL; it also dies with its parent.
-- `Resumable(argv)`, a `submitit.helpers.Checkpointable`, for `hargo train` and `hargo sft`.
-  Its command always runs with `--resume`: a fresh run starts at step 0, a restarted one (a
-  requeue, by submitit or by `scontrol requeue`) continues from its latest checkpoint, a
-  finished one ends at once. On submitit's signal (USR2 by default, `signal_lead_s` before the
-  time limit, or on preemption) submitit calls `checkpoint()` on rank 0: it sends SIGUSR1 to
-  the command, which writes a checkpoint at its next phase boundary and exits 75
-  (`EXIT_REQUEUE`); `checkpoint()` waits for that (at most the lead less `MARGIN_S`) and
-  returns its own resubmission; submitit then requeues the task (`scontrol requeue`), which
-  continues where it stopped. A command that crashes meanwhile fails the task instead.
-
-`checkpoint()` runs inside a signal handler on the main thread, interrupting `__call__`: so
-nothing there takes a lock. A reaper thread waits for the child and sets its return code;
-both `__call__` and `checkpoint()` poll that attribute with plain sleeps.
-
-Slurm signals every process of a job step, the commands included: they treat USR2 (submitit's)
-as USR1 (the trainer: stop at the next phase boundary, `train.early_stop` while it loads; a
-bench worker: release its claims and exit).
+loads it and calls it (once per rank, with Slurm's rank variables, which the trainer reads:
+train.backend.distributed). `HargoCommand` runs a command to its end; `Resumable` adds
+submitit's checkpoint-and-requeue for `hargo train` and `hargo sft` (docs/slurm.md, "Time
+limits and preemption"). Slurm signals every process of a job step, the commands included:
+they treat USR2 (submitit's) as USR1 (the trainer stops at its next phase boundary; a bench
+worker releases its claims and exits).
 """
 
 from __future__ import annotations
@@ -69,7 +49,12 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 class HargoCommand:
-    """One command line run to its end in the job (the module docstring)."""
+    """One command line run to its end in the job: its output and errors into the task's log;
+    a non-zero exit raises `CommandFailed` (submitit records the task as failed, Slurm sees a
+    non-zero exit). `once`: only global rank 0 runs it (the jobs whose batch script runs its
+    command once, not once per task: bench worker, eval, report, stop). When the job ends
+    early (time limit, cancel) the command gets SIGUSR1 and a moment to let go of what it
+    holds (a bench worker releases its claims), then SIGKILL; it also dies with its parent."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
                  once: bool = False) -> None:
@@ -128,8 +113,17 @@ class HargoCommand:
 
 
 class Resumable(HargoCommand, submitit.helpers.Checkpointable):
-    """`hargo train` / `hargo sft` under submitit's checkpoint-and-requeue (module docstring).
-    `lead_s`: the signal's lead before the time limit (the job kind's `signal_lead_s`)."""
+    """`hargo train` / `hargo sft` under submitit's checkpoint-and-requeue. The command always
+    runs with `--resume` (a fresh run starts at step 0, a restarted one continues from its
+    latest checkpoint, a finished one ends at once). On submitit's signal submitit calls
+    `checkpoint()` on rank 0: it sends SIGUSR1 to the command, which checkpoints at its next
+    phase boundary and exits 75 (`EXIT_REQUEUE`); `checkpoint()` waits for that (at most
+    `lead_s`, the job kind's `signal_lead_s`, less `MARGIN_S`) and returns its own
+    resubmission, which submitit requeues. A command that crashes meanwhile fails the task.
+
+    `checkpoint()` runs inside a signal handler on the main thread, interrupting `__call__`,
+    so nothing there takes a lock: a reaper thread waits for the child and sets its return
+    code, and both poll that attribute."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
                  lead_s: float = 120.0) -> None:
