@@ -1,31 +1,11 @@
 """Local bench workers: `hargo worker` processes the trainer starts on its own handoff directory.
 
 Outside Slurm (a laptop, a test, `make local`) nobody else benchmarks the GEMM completions:
-`handoff.local_workers = N` makes `hargo train` start N workers here and stop them at the end.
-Under `hargo submit` the bench worker array does that job and the field is 0.
-
-Each worker is a child of the trainer, run by the trainer's own Python, in its own process
-group (Ctrl-C in a terminal reaches the trainer, which stops the workers in order, not the
-workers themselves), with its output in `<log dir>/worker-<i>.log`. On Linux each worker asks
-the kernel for SIGTERM when the thread that started it dies (`PR_SET_PDEATHSIG`), so a trainer
-killed with SIGKILL (or by the OOM killer) leaves no worker behind either: start them from the
-thread that runs the training (the main thread).
-
-Stopping (`stop`, the context manager's exit) goes in three steps, each with a deadline: the
-handoff's stop sentinel (the worker releases its claims and exits at its next look), SIGTERM
-to the worker's process group (it releases its claims too), SIGKILL. Then whatever the workers
-started and left behind is killed, and every worker is reaped: no process is left.
-
-Local workers never join a handoff that live workers of someone else serve (a submission's
-bench array, when a run of it is evaluated by hand): `start` refuses, as the stop sentinel at
-the end would stop those too.
-
-A worker that exits before `stop` is an error (`WorkerDied`, one line naming the worker, its
-exit status, the last line of its log and the log's path): `check()` raises it. The loop that
-starts the workers (`train.loop`, `eval.evaluate`) owns them and hands `check` to the reward
-router as its liveness hook, which calls it before a step's requests go out and once a tick
-while the handoff waits for their results, so a dead worker ends the wait instead of letting
-it run into the step timeout.
+`handoff.local_workers = N` makes `hargo train` (and `hargo eval`) start N workers here, watch
+them (`check`: a worker gone early is `WorkerDied`, one line) and stop them at the end, with
+nothing left behind, not even after the trainer is killed. Under `hargo submit` the bench
+worker array does that job and the field is 0. How each step works: docs/rewards.md, "Local
+workers".
 """
 
 from __future__ import annotations
