@@ -1,32 +1,12 @@
 """Rewards of one RL step: text tasks in process, GEMM code through the handoff to the bench.
 
 `RewardRouter.score(step, examples, completions)` returns a `RewardBatch`, one entry per
-completion, in the order given:
-
-* A text task (`task.remote` False) is rewarded here: the batch is grouped by `example.task`,
-  each task's `reward(examples, completions)` is called once with its share, and the rewards
-  are put back in place.
-* A remote task (GEMM) is rewarded by the bench. Completion i becomes the request
-  {id `r{i:05d}`, kind `task.reward_kind` (or its name), payload `task.request(example,
-  completion, stage=..., forbidden=...)`} (i: its index in the batch, so ids are unique within
-  the step and name the completion), the requests go out
-  with `handoff.Trainer.submit(step, ...)` before the text rewards are computed (the bench
-  works meanwhile), and the records come back through `Trainer.poll`. Each record's reward is
-  `task.reward_from_record(record)` (GEMM's: `bench.reward.record_reward`); where that is None
-  (`infra_error`, a straggler's timeout: the handoff delivers those with `scored: false`) the
-  completion is not scored: reward 0.0, `scored` False, to be dropped from the loss and
-  counted, never scored as a failure.
-
-The wait is the handoff's own (`Trainer.poll`: one step's progress line, done / running /
-queued / failed; a rich bar on a terminal, a plain line every few seconds elsewhere; nothing
-with `progress=False`). The router adds one thing to it, once a tick: the `liveness` hook it
-was given (`LocalWorkers.check` of the local bench workers the loop started), so a worker that
-died ends the wait with a one-line `WorkerDied` instead of letting it run into the step
-timeout. The workers themselves belong to the loop that starts them (`train.loop`,
-`eval.evaluate`), not to the router. Only one process of a distributed run (rank 0) should
-hold a router.
-
-Light: no torch; the handoff's trainer side and the tasks' own modules only.
+completion, in the order given: a text task's rewards computed here, once per task on its
+share; a remote task's requests submitted to the handoff first (the bench works while the
+text rewards are computed) and their records read back (`task.reward_from_record`); a record
+that is not scored (`infra_error`, a timeout) leaves the loss and is counted, never scored as
+a failure. The wait is the handoff's, watched by the local workers' liveness hook. Only rank 0
+holds a router. Light: no torch. The rules: docs/rewards.md.
 """
 
 from __future__ import annotations
