@@ -1,31 +1,11 @@
 """Claiming: which request a worker tries next, and the O_EXCL create that decides who gets it.
 
-**Scan.** Per step, a scan lists `results/` and `claims/` (only names not seen before are
-parsed) and sorts every request that has no result:
-
-* *retry*: its latest attempt failed, was released, or its lease expired (as observed, see
-  `leases`);
-* *fresh*: never claimed;
-* *watched*: held by another live worker, whose lease this worker watches for expiry.
-
-The queue is the retries (the oldest work) and then this worker's share of the fresh requests
-(`claim_order`).
-
-**Claim.** Each request taken off the queue is claimed by creating `claims/<rid>.<n+1>.claim`
-with O_EXCL. The one creator is the only worker entitled to run attempt `n + 1`. Every other
-worker gets EEXIST, counted as a *collision*, and moves on. O_EXCL alone decides: the order
-below only makes collisions rare, and exactly-once never depends on it.
-
-**Order.** The workers share one ring, the batch's order, but each has its own key, a hash of
-(worker id, nonce, step, scan number). `claim_order` takes the longest run of consecutive
-fresh requests on the ring and queues its tail from the point the key picks. On a new step the
-workers therefore start at spread-out points and each walks forward through requests nobody
-else is on. A worker looks again (scans) when its queue runs out, or after
-`RESCAN_AFTER_COLLISIONS` collisions since its last scan (it has run into requests another
-worker walked over). It then takes the back part of the longest stretch still untouched:
-it splits the largest remaining share, as work stealing does. Random shuffles of the whole
-queue (the earlier order) collided on most claims, because every worker's queue goes stale as
-the others work through it.
+A scan lists a step's `results/` and `claims/` and queues the retries (failed, released or
+expired attempts), then this worker's share of the fresh requests (`claim_order`: the workers
+start at spread-out points of one ring, so they rarely collide). Each request is claimed by
+creating `claims/<rid>.<n+1>.claim` with O_EXCL: the one creator runs attempt n + 1, every
+other worker counts a collision and moves on. O_EXCL alone decides; exactly-once never
+depends on the order (docs/handoff.md, "Worker side").
 """
 
 from __future__ import annotations
