@@ -1,32 +1,11 @@
 """Validation: what makes a completion a `format_violation`, before and after compiling.
 
-Before compiling (`check_source`): code over `techniques.MAX_CODE_BYTES` (first: every check is
-linear, but none need read more); C++ instead of C; includes other than `<system headers>`
-outside the forbidden list; no definition of ``gemm`` at all (its type is the compiler's to judge:
-the build includes the prototype); SQD-forbidden techniques.
-
-After compiling the kernel alone, on ``readelf -s -S -W`` of the object whose symbols other than
-``gemm`` the build made local (``objcopy --keep-global-symbol=gemm``: helpers and scratch arrays
-need no ``static``, and cannot interpose on anything):
-  - `check_object`: the only global symbol defined is ``gemm``, a GLOBAL FUNC (not weak, not an
-    IFUNC); no IFUNC at all; every undefined symbol is on the allow-list (libm, OpenMP runtime,
-    memory functions and allocation, stdio output to the already-open streams, a few runtime
-    helpers), a BLAS symbol reported as such; no constructor/destructor sections
-    (``.init_array``, ``.fini_array``, ``.preinit_array``, ``.ctors``, ``.dtors``, ``.init``,
-    ``.fini``, or a section of such a type under any name);
-  - `check_static_size`: the allocated sections (code, ``.data``, ``.bss``, ``.rodata``, TLS, ...)
-    and common symbols together within a limit (a 200 MB table is refused before it is linked
-    or cached);
-  - `check_artefact_size`: the non-allocated sections (never loaded: ``.comment``, debug info, an
-    asm statement's ``.section x,""`` filled with ``.fill``) within NONALLOC_LIMIT, so the
-    object, the binary and its cache entry are bounded over all sections;
-  - `check_writable_code`: no section both writable and executable (an asm ``"awx"`` section).
-
-After linking, on the program headers of ``kernel.bin`` (what the kernel's ELF loader obeys),
-`check_binary`: no LOAD segment both writable and executable (however the sections were
-named: an ``"ax"`` section called ``.data.x`` joins the writable ``.data``), and a
-``PT_GNU_STACK`` that is not executable. With the seccomp filter's "never PROT_EXEC" at run time,
-the kernel's process holds no page it can both write and execute: no new code.
+Before compiling, the source (`check_source`); after compiling the kernel alone, its object
+(`check_object`, `check_static_size`, `check_artefact_size`, `check_writable_code`: the build
+made every symbol but ``gemm`` local, so helpers need no ``static`` and cannot interpose);
+after linking, the binary's program headers (`check_binary`). With the seccomp filter's "never
+PROT_EXEC" at run time, the kernel's process holds no page it can both write and execute: no
+new code. Each rule and why: docs/bench.md, "Validation".
 """
 
 from __future__ import annotations
@@ -199,7 +178,11 @@ def strip_attributes(src: str) -> tuple[str, list[str]]:
 
 
 def check_source(code: str, language: str = "c") -> None:
-    """Raise Violation when `code` breaks the kernel contract before compiling."""
+    """Raise Violation when `code` breaks the kernel contract before compiling: code over
+    `techniques.MAX_CODE_BYTES` (first: every check is linear, but none need read more); C++
+    instead of C; includes other than `<system headers>` outside the forbidden list; no
+    definition of ``gemm`` at all (its type is the compiler's to judge: the build includes the
+    prototype); SQD-forbidden techniques."""
     size = len(code.encode("utf-8", "surrogatepass"))
     if size > MAX_CODE_BYTES:  # before any other check: every one below is linear, but no need
         raise Violation(f"the code is {size >> 10} KB, over the limit of {MAX_CODE_BYTES >> 10} KB "
@@ -358,7 +341,13 @@ def openmp_symbols(symbols: list[tuple[str, str, str, str]]) -> list[str]:
 
 
 def check_object(symbols: list[tuple[str, str, str, str]], sections: list[str]) -> None:
-    """Raise Violation when the compiled kernel object defines or needs the wrong symbols.
+    """Raise Violation when the compiled kernel object defines or needs the wrong symbols:
+    the only global symbol defined must be ``gemm``, a GLOBAL FUNC (not weak, not an IFUNC);
+    no IFUNC at all; every undefined symbol on the allow-list (libm, the OpenMP runtime,
+    memory functions and allocation, stdio output to the already-open streams, a few runtime
+    helpers), a BLAS symbol reported as such; no constructor or destructor sections
+    (``.init_array``, ``.fini_array``, ``.preinit_array``, ``.ctors``, ``.dtors``, ``.init``,
+    ``.fini``, or a section of such a type under any name).
 
     `symbols` are (name, bind, type, section index) as readelf prints them; `sections` the
     section names (see parse_readelf).
