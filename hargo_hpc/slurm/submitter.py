@@ -1,28 +1,11 @@
 """Submitting a plan: one walk over its job graph, each job handed to a submitit executor.
 
 `submit_plan(plan, executor, ...)` runs the jobs of `submission.plan_submission` on Slurm
-(`executor="slurm"`) or as local processes (`"local"`); the graph is the plan's, one list of
-jobs in an order where each job's `after` jobs come first:
-
-1. Refusals before anything runs: the submission directory must be fresh (`check_fresh`), or,
-   with `resume`, hold the same runs with no job alive (`check_resumable`). On Slurm every
-   job's rendered script (what `hargo render` writes, from the same plan and options) passes
-   `sbatch --test-only`: Slurm's own message for an unknown partition, account or QoS, before
-   any job exists.
-2. The runs' configs, the scripts (kept for reading, and for sites that submit by hand), the
-   handoff directory and the manifest (`run.json`) are written.
-3. Each job goes to an executor as one array of entry points (`entrypoints`: `Resumable` for
-   the sft and train jobs, `HargoCommand` for the others), one per task:
-   - slurm: submitit's Slurm executor (`executor.make_executor`), its parameters derived from
-     the scripts' `#SBATCH` options, each `after` edge a `--dependency` on the jobs submitted
-     already (with `--kill-on-invalid-dep=yes`: a dependency that can never hold ends the
-     job); an array larger than the cluster's MaxArraySize goes out in parts. A refusal
-     cancels every job submitted so far.
-   - local: submitit's local executor, one process per task. A job starts once its edges
-     hold (after: the job has started; afterok: every task succeeded; afterany: every task
-     ended; aftercorr, task by task on Slurm, waits here for the whole job, as afterok) and
-     never when an afterok edge can no longer hold; `submit_plan` returns when
-     every started process has ended, SubmitError naming the first failed task.
+(`executor="slurm"`) or as local processes (`"local"`), in an order where each job's `after`
+jobs come first: refusals before anything runs (a used directory, `sbatch --test-only` of
+every rendered script), then the runs' configs, scripts, handoff directory and manifest, then
+each job as one array of entry points with its dependencies (local: started once its edges
+hold). What each step does and why: docs/slurm.md, "Submitting an experiment".
 """
 
 from __future__ import annotations
