@@ -1,26 +1,8 @@
 """The layout of one run directory: the one place its file names are spelled. Every reader and
 writer (the trainer, `hargo sft`, evaluation, SQD, `hargo submit` / `watch`, `hargo report`, the
 scripts) asks a `RunLayout` for its paths. Light: no torch, no config (slurm/ and report/ use
-it on a login node; `config` itself does).
-
-```
-<run dir>/
-  config.toml               the resolved experiment (config.save_resolved); enough to re-run it
-  metrics.jsonl             one record per RL step (train.metrics, docs/training.md)
-  rollouts/step_<n>.jsonl   one line per completion of step n
-  checkpoints/              train.backend.checkpoint's layout (latest, step_<n>/, ...)
-  tensorboard/              the same numbers as metrics.jsonl, when tensorboard is installed
-  export/                   the HF export of the trained model
-  finished.json             written last: step, checkpoint, export, metrics
-  sqd/                      SQD's state.json and results.jsonl (hargo_hpc.sqd)
-  handoff/                  the handoff directory, unless handoff.dir names another
-  eval/                     hargo eval's outputs: metrics.json, table.md, predictions/
-  baseline-answers/         answers of this run's export as another run's baseline, kept for
-                            every evaluation that shares them (eval.baseline_answers)
-  sft/                      the SFT warm start (sft.steps) or `hargo sft`: a run
-                            directory of the same layout (config.toml, metrics.jsonl, export/,
-                            finished.json)
-```
+it on a login node; `config` itself does). What each path holds: docs/training.md, "The run
+directory".
 """
 
 from __future__ import annotations
