@@ -12,16 +12,9 @@ composed of parts that can be read one by one:
 * `heartbeat.Heartbeat` and `heartbeat.Counts`: what the worker reports about itself;
 * `exits`: why it stops (`ExitReason`), and the idle clock.
 
-The main loop rewrites the heartbeat and ends the worker on the stop sentinel, after
-`max_idle_s` without work, after `max_requests` claims, on SIGTERM / SIGUSR1 / SIGUSR2 / SIGINT
-(Slurm's time limit, submitit's signal, preemption, Ctrl-C), or when a workload thread
-crashed. Every held claim is then released at once (a `.released` marker next to it) so that
-another worker takes it over without waiting for the lease.
-
-The workload is any callable request-dict -> result-dict; the default (`workloads.Dispatch`)
-runs each request by its kind, the bench for `gemm`. A workload exception or an `infra_error`
-record is an infrastructure failure: the attempt is marked `.failed` and the request retried,
-until `max_attempts` failures, after which the `infra_error` result is written.
+The main loop ends the worker on the stop sentinel, when idle, after `max_requests`, on a
+signal or when a workload thread crashed, releasing every held claim at once. The default
+workload (`workloads.Dispatch`) runs each request by its kind. docs/handoff.md, "Worker side".
 """
 
 from __future__ import annotations
