@@ -409,7 +409,7 @@ def parse_args() -> argparse.Namespace:
         defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"], "steps": 40, "G": 8, "micro": 8,
                     "lr": 2e-4, "temperature": 0.7, "max_new_tokens": 320, "sft_steps": 600,
                     "sft_lr": 3e-3, "eval_fraction": 0.25}
-    elif args.model == "tiny":  # issue W's cheap run: 2-2.7 min a run here (2026-12-05);
+    elif args.model == "tiny":  # issue W: about 2 min a run here, 5 with refill (2026-12-05);
         # lr 3e-4, not the probe's 1e-3, which made every method worse than this warm start
         defaults = {"methods": ["grpo", "hargo", "hargo_no_discrimination",
                                 "hargo_no_confidence", "grpo_refill"],
