@@ -108,7 +108,7 @@ def warm_start(root: Path, args: argparse.Namespace) -> Path:
 
     config = validate_config(suite_config(root, args))
     started = time.perf_counter()
-    result = sft_run(config, log=lambda _: None)
+    result = sft_run(config, resume=True, log=lambda _: None)  # --keep: reuse a finished one
     assert result.export is not None
     print(f"warm start: {args.sft_steps} SFT steps at lr {args.sft_lr:g}, "
           f"{time.perf_counter() - started:.0f} s -> {result.export}", flush=True)
