@@ -110,8 +110,10 @@ def warm_start(root: Path, args: argparse.Namespace) -> Path:
     started = time.perf_counter()
     result = sft_run(config, resume=True, log=lambda _: None)  # --keep: reuse a finished one
     assert result.export is not None
-    print(f"warm start: {args.sft_steps} SFT steps at lr {args.sft_lr:g}, "
-          f"{time.perf_counter() - started:.0f} s -> {result.export}", flush=True)
+    took = ("finished already, reused" if result.already_finished
+            else f"{time.perf_counter() - started:.0f} s")
+    print(f"warm start: {args.sft_steps} SFT steps at lr {args.sft_lr:g}, {took} -> "
+          f"{result.export}", flush=True)
     return result.export
 
 
