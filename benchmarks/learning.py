@@ -108,10 +108,12 @@ def warm_start(root: Path, args: argparse.Namespace) -> Path:
 
     config = validate_config(suite_config(root, args))
     started = time.perf_counter()
-    result = sft_run(config, log=lambda _: None)
+    result = sft_run(config, resume=True, log=lambda _: None)  # --keep: reuse a finished one
     assert result.export is not None
-    print(f"warm start: {args.sft_steps} SFT steps at lr {args.sft_lr:g}, "
-          f"{time.perf_counter() - started:.0f} s -> {result.export}", flush=True)
+    took = ("finished already, reused" if result.already_finished
+            else f"{time.perf_counter() - started:.0f} s")
+    print(f"warm start: {args.sft_steps} SFT steps at lr {args.sft_lr:g}, {took} -> "
+          f"{result.export}", flush=True)
     return result.export
 
 
@@ -409,7 +411,7 @@ def parse_args() -> argparse.Namespace:
         defaults = {"methods": ["grpo", "sqd", "sqd_nobonus"], "steps": 40, "G": 8, "micro": 8,
                     "lr": 2e-4, "temperature": 0.7, "max_new_tokens": 320, "sft_steps": 600,
                     "sft_lr": 3e-3, "eval_fraction": 0.25}
-    elif args.model == "tiny":  # issue W's cheap run: 2-2.7 min a run here (2026-12-05);
+    elif args.model == "tiny":  # issue W: about 2 min a run here, 5 with refill (2026-12-05);
         # lr 3e-4, not the probe's 1e-3, which made every method worse than this warm start
         defaults = {"methods": ["grpo", "hargo", "hargo_no_discrimination",
                                 "hargo_no_confidence", "grpo_refill"],
