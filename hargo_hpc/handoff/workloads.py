@@ -45,19 +45,22 @@ def workload_of(kind: str, config: Any = None) -> Workload:
 class Dispatch:
     """A worker's workload for every kind: each request to its kind's workload, made once (on
     the first request of that kind, with `config`). A kind this worker cannot run is the
-    request's `infra_error`, never a crash."""
+    request's `infra_error`, never a crash; the reason is found once and kept."""
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
         self._made: dict[str, Workload] = {}
+        self._unavailable: dict[str, str] = {}
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         kind = str(request.get("kind", ""))
-        if kind not in self._made:
+        if kind not in self._made and kind not in self._unavailable:
             try:
                 self._made[kind] = workload_of(kind, self.config)
             except HandoffError as err:
-                return infra_record(str(request.get("id", "")), str(err))
+                self._unavailable[kind] = str(err)
+        if kind in self._unavailable:
+            return infra_record(str(request.get("id", "")), self._unavailable[kind])
         return self._made[kind](request)
 
 
