@@ -1,29 +1,10 @@
 """HARGO: Heterogeneity-Aware Reward-Guided Optimization (arXiv 2607.28301), as chosen here.
 
-Only the abstract of the paper is public. It gives the structure: per-response importance
-weights computed from a *confidence-modulated advantage*, which combines a *discrimination
-signal* from the group-level reward contrast with a *confidence signal* from the reference
-model's log-probabilities; the advantage is modulated *before* the weights are computed; no
-task-type labels are used. The formulas below are this project's choices (docs/algorithms.md
-gives the reasoning and the benchmark behind each; the switchable statistics are in
-`hargo_stats.py`, with their derivations). Read top to bottom:
-
-1. base advantage      A_i = GRPO advantage (or another estimator)                  [B]
-2. discrimination      per group, from its own rewards (`discrimination_stat`):
-                       balance (default)  s_g = (mean_g|r − r̄| / sd_g)²,
-                                          D_g = clip(s_g^(p/2), W^−½, 1)
-                       std_batch          D_g = clip((σ_g / σ̄)^p, W^−¼, W^¼), σ̄ = geometric
-                                          mean of the nonzero group stds σ_g of the batch
-3. confidence          c_i = the reference's log-prob of response i (`confidence_stat`; default:
-                       the mean over its tokens with π_ref < τ), u_i = c_i − mean_{j∈g} c_j
-                       (optionally / sd_g(c)), C_i = clip(exp(−β · sign(A_i) · u_i), W^−¼, W^¼)
-4. modulated advantage Ã_i = A_i · D_g · C_i
-5. weights             w_i = (Ã_i / A_i) / mean_j (Ã_j / A_j) = D_g C_i / mean_j D_g(j) C_j,
-                       positive, mean 1 over the batch, in [1/W, W], no gradient
-
-Switching both signals off gives w ≡ 1, so the weighted loss is exactly GRPO's. No task label
-enters any of this; `label_control` (an ablation control only) replaces the weights afterwards,
-in `hargo_weights`, by per-label constants (`hargo_labels.label_control_weights`).
+`hargo_weights` (and `hargo_weights_of_rows` for plain lists) turns a batch's rewards, groups
+and reference log-probs into per-response importance weights for `policy_loss`; `hargo_signals`
+returns every intermediate. Each step's formula is in the docstring of the function computing
+it (the switchable statistics: `hargo_stats.py`). What the paper gives, what this project
+chose and why, and the formulas in order: docs/algorithms.md, "HARGO".
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """HARGO's hyperparameters: the `[algorithm.hargo]` table of an experiment file.
 
 Declared once, here, without torch: the config composes this model as its `algorithm.hargo`
-section, and `hargo.py` computes the signals from it. The formulas each field enters are in
-`hargo.py`'s docstring.
+section, and `hargo.py` computes the signals from it. The formula each field enters is in the
+docstring of the `hargo.py` function that uses it; the whole chain: docs/algorithms.md, "HARGO".
 """
 
 from __future__ import annotations

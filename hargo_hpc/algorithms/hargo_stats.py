@@ -1,26 +1,10 @@
-"""HARGO's switchable statistics: what D_g and C_i are computed from (docs/algorithms.md).
+"""HARGO's switchable statistics: what D_g and C_i are computed from.
 
-Two readings of the signals' inputs are registered here by the names of `names.py`:
-
-- `discrimination_stat` (per group g, from its rewards only): the scale-free statistics
-  `balance`, `bimodality` and `split` below, each a number s_g in [0, 1] that
-    (a) is unchanged by an affine rewrite r → a r + c (a > 0) of the group's rewards (it depends
-        only on the *shape* of the group's reward distribution),
-    (b) uses no other group, so it does not depend on the batch mix,
-    (c) on 0/1 rewards with a fraction μ of ones is an increasing function of μ(1 − μ), i.e.
-        ranks groups as σ_g does, and is 0 on a flat group (all rewards equal).
-  From s_g, D_g = clip(s_g^(p/2), W^−½, 1) (`scale_free_discrimination`). `std_batch`, the
-  first reading (σ_g over the batch's geometric-mean σ̄), stays in `hargo.py`.
-- `confidence_stat` (per response i, from the reference log-probs over its completion tokens):
-  `token_mean` (the first reading), `uncertain_mean` (the default), `sum` and `min`.
-
-Why: the review of the first reading found that σ_g / σ̄ compares the reward *scales* of
-different tasks (a similarity task whose rewards are rewritten (cos − 0.5) / 0.5 gains weight
-against a yes/no task, ×1.12 in the review, though nothing about the responses changed), and
-that the token mean of a 1–2 token answer is diluted by formatting tokens the reference is sure
-of (ten scaffold tokens at −0.01 shrank the yes/no weights' spread ×0.17). benchmarks/
-hargo_heterogeneity.py measures both for every statistic here; docs/algorithms.md has its
-output and the choice of the defaults (balance, uncertain_mean) from it.
+Registered under the names of `names.py`: the scale-free `discrimination_stat`s `balance`,
+`bimodality`, `split` (per group, from its rewards; D_g: `scale_free_discrimination`;
+`std_batch` stays in `hargo.py`) and the `confidence_stat`s `token_mean`, `uncertain_mean`,
+`sum`, `min` (per response, from its reference log-probs). Each function's docstring has its
+formula; the review behind them and the choice of the defaults: docs/algorithms.md, "HARGO".
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Compile cache: one build per distinct (source, compiler, compiler version, flags, driver).
 
-Layout: ``<root>/<key[:2]>/<key>/`` holding ``meta.json`` (the build verdict, compiler output)
-and, for a good build, ``kernel.bin``.  An entry is written into a private temporary directory
-next to it and published with one ``rename``: readers never see half an entry, and when two
-workers build the same key at once the first rename wins and the second just drops its copy.
-Only deterministic verdicts are stored (built, compile_error, format_violation), never timeouts.
-
-Bounded: after a store, at most every `scan_interval_s` per process and root, the cache is
-measured and, above `max_bytes` or `max_entries`, the least recently used entries (by the mtime
-of their ``meta.json``, refreshed by `load` at most once a minute) are evicted until it is back
-under 90 % of both bounds.  Entries used within `min_age_s` (longer than a request's deadline:
-a worker may be about to exec its binary) are never evicted.  So that the cache never holds
-more than `max_bytes`, `store` first checks that the entry fits: by the total of the last scan
-plus what this process stored since (a fresh scan, and eviction, when that says no); an entry
-that still does not fit is not published and `store` returns None (the build keeps its binary
-in a scratch directory of its own).  Workers storing at the same moment each count only their
-own stores since their last scan, so together they can pass the bound by at most one entry each
-(every entry is bounded: see build.py).  Eviction is
-safe under concurrent workers: an entry is first renamed aside (``.evict-*``, atomic: a
-concurrent reader sees the whole entry or nothing, i.e. a miss) and only then removed.
+`CompileCache(root, max_bytes, max_entries)` keeps one entry per build key, `<root>/<key[:2]>/
+<key>/` (`meta.json`, and `kernel.bin` for a good build): `load` finds one, `store` publishes
+one with a single rename and keeps the cache under its bounds by evicting the least recently
+used entries. What is cached, the bounds, eviction next to other workers and where the cache
+lives: docs/bench.md, "Cache (`cache.py`)".
 """
 
 from __future__ import annotations
@@ -74,7 +60,7 @@ class _Entry:
 
 
 class CompileCache:
-    """A directory of published build entries (see module docstring)."""
+    """A directory of published build entries (docs/bench.md, "Cache")."""
 
     def __init__(
         self,

@@ -1,23 +1,10 @@
 """A cgroup of its own for every sandboxed run, where the worker may create one.
 
-Each run gets `pids` (pids.max: every thread of the judge, the reference and the kernel) and
-`cpuset` (exactly the CPUs the worker was given: no kernel thread can widen its affinity onto
-another job's cores). Memory stays bounded per process by RLIMIT_AS: a group-wide memory limit
-would let the kernel's allocations get the judge or the reference killed by the OOM killer (an
-unscored infra_error for a bad kernel). The
-group is created below the worker's own group in each hierarchy (so a Slurm job's limits still
-hold), the run's first process enters it before its exec, and it is emptied and removed after.
-
-A run's group is named for its worker (`stale.owned_prefix`: pid and host). A worker killed
-mid-run cannot remove its group; the next group created beside it removes it (`sweep_stale`),
-with whatever the dead worker left running in it.
-
-cgroup v2 (one unified hierarchy, `cgroup.controllers` at its root) and v1 (one hierarchy per
-controller, as on these machines) are both supported. Without permission to create groups (an
-ordinary user without delegation) there is none: the record's `sandbox_unavailable` says so and
-the rlimits and the per-request uid remain (RLIMIT_NPROC per uid, the worker's own affinity
-mask, which a kernel thread may widen only where no cpuset confines the worker, as Slurm's task
-cgroup does).
+`run_cgroup(name, pids_max=)` (or `create`) makes a `pids` + `cpuset` group below the
+worker's own group in each hierarchy (v1 or v2), limited to the worker's CPUs; the run's first
+process `enter`s it before its exec, and it is emptied and removed after. `sweep_stale`
+removes the groups a dead worker of this host left. What the layer stops, and what remains
+without it: docs/bench.md, "Sandbox: what each layer stops" and "The run's cgroup".
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The sandbox's defences, one small object each: its name in the result record, what it needs,
 whether a run asks for it (`wanted`) and this machine allows it (`probe`), what the parent does
 before the fork (`prepare`) and what the child does between fork and exec (`apply`, in `step`
-order). sandbox.py's docstring says what each one stops; `hargo bench doctor` prints the table.
+order). What each one stops: docs/bench.md, "Sandbox: what each layer stops"; `hargo bench
+doctor` prints the table.
 
 The record lists a wanted defence that probes true under its `label`, and one that probes false
 under its `missing` line (`sandbox_unavailable`). The judge reports three more defences itself,

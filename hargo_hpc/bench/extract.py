@@ -1,23 +1,9 @@
 """Extraction: the C source of the kernel from a raw model completion.
 
-Rule (documented in docs/bench.md):
-
-1. Text up to a closing ``</think>`` is dropped (reasoning models).
-2. Fenced blocks as CommonMark reads them (`fenced_blocks`): a fence opens on a line that starts,
-   after at most three spaces, with a run of at least three backticks or tildes and then an info
-   string (a backtick fence's holds no backtick); it closes on a line that starts, after at most
-   three spaces, with a run of the same character at least as long, and holds nothing else but
-   spaces or tabs; an unclosed fence runs to the end. A "```" anywhere else (mid-line, as in the
-   prompt's own "... in one ```c code block" echoed back) is text. Container blocks (lists,
-   quotes) are not parsed: only when no such fence exists are fences at any indentation taken
-   (a fence inside a list item).
-3. If the completion has fenced blocks, the candidates are the blocks tagged ``c`` or ``h``; if
-   there are none, the untagged blocks.  Blocks tagged as C++ (``cpp``, ``c++``, ``cc``, ``cxx``)
-   only count when nothing else does, and then the code is reported as C++ (a format violation).
-4. Among the candidates the **last block that defines** ``gemm(`` wins (models often show a naive
-   version first and the improved one last); if none defines it, the last candidate.
-5. Without fences the whole text is the code if it looks like C (has ``{`` and ``;``), else there is
-   no code.
+`extract_code(completion)` applies the extraction rule: reasoning dropped, fenced blocks found
+as CommonMark finds them (`fenced_blocks`), C-tagged blocks preferred, the last block that
+defines `gemm(` taken, and unfenced text kept only when it looks like C. The rule, step by
+step: docs/bench.md, "Extraction rule (`extract.py`)".
 """
 
 from __future__ import annotations
@@ -36,9 +22,10 @@ DEFINES_GEMM = re.compile(r"\bgemm\s*\([^;{()]*\)\s*\{", re.DOTALL)
 
 def fenced_blocks(text: str, max_indent: int | None = 3) -> list[tuple[str, str]]:
     """(tag, body) of every fenced code block of `text`, as CommonMark finds them at the top
-    level (module docstring): the tag is the start of the info string (`FENCE_TAG`), the body the
-    lines between the fences, each without up to as many leading blanks as the opening fence
-    had. `max_indent` None: fences at any indentation (blanks only before them).
+    level (docs/bench.md, "Extraction rule"): the tag is the start of the info string
+    (`FENCE_TAG`), the body the lines between the fences, each without up to as many leading
+    blanks as the opening fence had. `max_indent` None: fences at any indentation (blanks only
+    before them).
 
     One pass over the lines, each looked at once and in time linear in its length, so 100 kB of
     backticks cost milliseconds (a regex with a lazy body went quadratic on them: 24 s)."""

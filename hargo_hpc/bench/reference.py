@@ -1,23 +1,11 @@
 """The trusted reference DGEMM timed in every request, next to the candidate.
 
-`bench.reference` chooses it: "auto" (numpy's bundled OpenBLAS, as `hargo bench calibrate` uses
-it; the shipped `openmp` kernel where no OpenBLAS is found), "openblas", or the name of a shipped
-kernel (`hargo_hpc/bench/kernels/<name>.c`). The record's `reference` says which one ran.
-The reference is the project's own code: it is built once per compiler and flags (cached), never
-validated, and run by the judge unfiltered; OpenBLAS is linked dynamically.
-
-OpenBLAS core type.  A DYNAMIC_ARCH OpenBLAS (numpy's scipy-openblas) picks its kernels by cpuid
-family and model; a CPU newer than its tables, or one its build maps to an older core, may get
-an older kernel (Zen 5 with AVX-512 ran the Haswell AVX2 kernel, and an honest AVX-512 kernel
-beat it by 1.5-2x). `openblas_kernel` makes the reference run the best kernel this CPU
-supports: OpenBLAS's own choice when its level (`CORE_LEVEL`: 3 AVX-512, 2 AVX2 + FMA, 1 AVX)
-is that of the CPU's flags (`cpu_level`), else OPENBLAS_CORETYPE set to the first of
-`coretype_candidates` that this OpenBLAS reports back as itself (an older build does not know
-SapphireRapids; a build may map Cooperlake to SkylakeX). An OPENBLAS_CORETYPE in the worker's
-environment always wins. What OpenBLAS reports (`openblas_get_corename`, asked in a fresh
-interpreter with the same library and OPENBLAS_CORETYPE as the run's, once per process: the
-type is fixed when the library loads, from cpuid and that variable only) is the record's
-`reference_kernel`; the type the run set is `reference_coretype` ('' = OpenBLAS's own).
+`reference(settings, cache, timeout_s)` builds (once, cached) the binary `bench.reference`
+chooses: numpy's OpenBLAS (`auto`, `openblas`) or a shipped kernel (`kernel_source`).
+`openblas_kernel` picks the OPENBLAS_CORETYPE that makes OpenBLAS run the best kernel this
+CPU supports (`cpu_level`, `coretype_candidates`, `openblas_corename`). The choices, the core
+type rule and the record's `reference*` fields: docs/bench.md, "Reference, roof and
+calibration".
 """
 
 from __future__ import annotations

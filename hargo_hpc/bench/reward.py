@@ -1,29 +1,11 @@
-"""Reward of each status (the taxonomy itself: `status.py`).
+"""Reward of each bench status (the taxonomy itself: `status.py`).
 
-Statuses and default rewards (the seed paper's levels, `BenchSettings.penalties`):
-
-    ok                 shaped speed (below), or 0 when the run is `suspicious`; off its SQD
-                       stage (a technique the request forbids: `off_stage`) penalties.off_stage
-                       (-5)
-    format_violation   -100   no code, wrong/missing gemm, forbidden header/symbol (a forbidden
-                              technique too under stage_rules "before", the ablation)
-    compile_error       -40
-    timeout             -30   compile or run
-    runtime_error       -20   crash, signal, OOM, non-zero exit, output flood, forbidden syscall
-    wrong_result        -10   verification failed, or the inputs were modified
-    infra_error        None   the harness/machine failed; never scored, the trainer drops it
-
-An `ok` run is rewarded by `shaped_reward` from its speed ratio q to the trusted reference timed
-in the same run (interleaved, on the threads the kernel may use, scaled to the allocation, the
-protocol's per-call cost subtracted: reference.py, judge.c; `speed_ratio`): strictly
-increasing in q over the whole range q >= 0, above the reference too, so no honest kernel faster
-than another gets less. It is `suspicious` (reward 0) only above what no kernel can honestly
-reach: its median GFLOPS over the node's theoretical peak bound (`is_suspicious`, peak.py), or
-CPU time outside the timed calls (runner.py). Load on the node and the node's speed slow g and
-g_ref alike, so q cancels them; no number measured earlier (a stored roof) enters the reward.
-
-What a reader of a record takes as its reward (the GEMM task, so the trainer and the
-evaluation, and SQD's required-technique rule) is decided once, by `record_reward`.
+`penalty` gives a failure status its reward (`BenchSettings.penalties`); an `ok` run gets
+`shaped_reward` of its speed ratio to the reference timed in the same run (`speed_ratio`), or 0
+when `is_suspicious`; `record_reward` is the one place that turns a record into a reward for
+the trainer, the evaluation and SQD. The table of statuses, the shapings and the suspicious
+bounds: docs/bench.md, "Status taxonomy and reward"; `record_reward`'s rule: docs/rewards.md,
+"The reward of a record, decided once".
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Run one command under the harness's isolation layers, with a wall-clock limit.
 
-Layers (each listed in the result record when in force; see docs/bench.md for what each stops):
-
-``tempdir``  a fresh empty directory owned by the run, removed afterwards; the cwd, $HOME, $TMPDIR.
-``pgroup``   its own session/process group; the whole group gets SIGKILL at the wall-clock limit
-             and again after a normal exit (stragglers).
-``env``      a scrubbed environment (PATH, LANG, and what the harness sets; nothing inherited).
-``rlimits``  address space, CPU seconds, processes, file size, open files, no core files.
-``netns``    a new, empty network namespace (only loopback, down) - needs root or user namespaces.
-``mountns``  (with `view`: the compile) a new mount namespace whose root is an empty tmpfs holding
-             read-only bind mounts of just the paths in `view` (the toolchain), a few device nodes
-             and `workdir` read-write; the old root is detached (pivot_root), so nothing else of
-             the machine's filesystem exists for the command - needs root or user namespaces.
-``uid``      when the worker runs as root: setgroups([]), setgid/setuid to the request's own uid
-             (uids.py; the compile) - the judge keeps the worker's uid and drops its kernel
-             process to that uid itself; the run directory is handed to that user.
-``seccomp``  set by the judge (judge.c) in its kernel process after the fork and the uid drop,
-             before the kernel's binary is loaded; the judge, which writes the verdict, never
-             maps the kernel's code and shares only the buffers with it.
-``cgroup``   the run's own cgroup (v1 or v2; cgroups.py), entered before the limits are set.
-``rt-priority``  the judge's timed calls at real-time priority, when the worker may set it.
-
-Each layer is a `defences.Defence` (its name, what it needs, its probe); `hargo bench doctor`
-lists them.
+`run_sandboxed` runs a compile or a judge run in a fresh directory, its own process group,
+a scrubbed environment (`base_env`) and rlimits, plus the namespaces, uid, cgroup and judge
+layers this machine allows; each layer is a `defences.Defence`, and the record lists those in
+force. What each layer does and stops, and what is reported when one is unavailable:
+docs/bench.md, "Sandbox: what each layer stops" (`hargo bench doctor` lists them).
 """
 
 from __future__ import annotations
@@ -119,7 +101,7 @@ def run_sandboxed(
     view: Sequence[str] | None = None,
     cgroup: RunCgroup | None = None,
 ) -> Outcome:
-    """Run `argv` in `workdir` under the layers above (defences.py); never raises for the
+    """Run `argv` in `workdir` under the sandbox's layers (defences.py); never raises for the
     command's behaviour.
 
     `ids` (uid, gid) to drop to before the exec (None: keep the worker's; the judge keeps it and

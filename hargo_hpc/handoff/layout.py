@@ -1,24 +1,10 @@
 """Where every file of the handoff directory lives, and how names are parsed back.
 
-```
-DIR/
-  STOP                                  stop sentinel (workers exit when they see it)
-  workers/<worker-id>.<nonce>.json      heartbeat of one worker process
-  steps/step-00000042/
-    requests.json                       the trainer's batch for step 42 (written once)
-    claims/<rid>.<n>.claim              attempt n on request rid is held (lease = its mtime)
-    claims/<rid>.<n>.failed             attempt n failed for an infrastructure reason
-    claims/<rid>.<n>.released           attempt n was given back (SIGTERM/SIGUSR1)
-    results/<rid>.json                  THE result of rid: first writer wins (link)
-    duplicates/<rid>.<nonce>-<n>.json   a later result for rid, kept only to be counted
-    closed.json                         the trainer has every result of the step
-    compacted.json                      results/ merged into one file (after closed)
-```
-
-Every file but a claim is first written under a temp name (`.tmp-*`, leading dot) in the same
-directory and then renamed or linked into place; a claim is created with O_EXCL at its name.
-Every reader skips names starting with a dot. A claim's name is never reused: markers are
-written next to it.
+`Layout(root)` gives the path of each file (the stop sentinel, heartbeats, and per step the
+request batch, claims and their markers, results, duplicates, `closed.json`,
+`compacted.json`); `step_name`, `claim_name`, `result_name` and their `parse_*` inverses map
+names to numbers and back; `is_temp` and `list_names` keep readers off temp files. The tree and
+how each file is written: docs/handoff.md, "Layout" and "Atomicity without locks".
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Lease keeping: the claims this process holds, their renewal thread, and their release.
 
-A claim is the file `claims/<rid>.<n>.claim`, created with O_EXCL for attempt `n` (see
-`Claimer`); its mtime is its lease. The invariants:
-
-* **Only the holder renews.** The process whose O_EXCL create made the claim adds it here
-  (`hold`) and is the only one that ever touches it. It renews every `lease_s / 4` until the
-  attempt is finished (`drop`) or released. Nobody else writes a claim: observers only stat it.
-* **When a claim counts as expired.** Never by comparing an mtime with a clock. An observer
-  (`claims.LeaseObserver`) records the claim's `(inode, mtime)` and when, on its own monotonic
-  clock, it first saw that value. The claim is expired once the value has not changed for
-  `lease_s` of the observer's time. Renewing every `lease_s / 4` leaves three renewals of
-  margin, and clock skew between nodes can neither expire a live claim nor keep a dead one.
-* **Why a claim number is never reused.** Taking over an expired attempt `n` means creating
-  attempt `n + 1`, again with O_EXCL, so exactly one worker takes it over. The file of attempt
-  `n` stays. So its name can never be created again, and the old holder's late renewals touch
-  only its own, superseded, file. A superseded claim counts as a failed attempt
-  (`Attempts.failures`), which is how `max_attempts` bounds dead workers.
-* **Why release leaves the claim.** `release` writes a `.released` marker next to the claim and
-  does not delete it. The marker says "nobody is on attempt `n`", so any worker claims `n + 1`
-  at once, without waiting for the lease, and the release is not counted as a failure.
-  Deleting the claim instead would free its name for a second "attempt `n`", and a reader
-  could no longer tell a released attempt from one never made.
-* **Renewal never waits for I/O of others.** `_lock` guards only the in-memory set of held
-  claims, never file I/O, so no slow listing, scan or heartbeat can delay a renewal.
+`Leases` holds a worker's claims (`hold`, `drop`), renews them every `lease_s / 4` from its
+own thread (`renew_loop`) and releases them with a `.released` marker (`release`,
+`release_all`). Who may touch a claim, when it expires, why claim numbers are never reused and
+why release leaves the claim: docs/handoff.md, "Atomicity without locks" and "Leases and the
+lease clock".
 """
 
 from __future__ import annotations
@@ -58,7 +40,11 @@ class Held:
 
 
 class Leases:
-    """The held claims of one worker process: hold, renew, release, drop."""
+    """The held claims of one worker process: hold, renew, release, drop.
+
+    `_lock` guards only the in-memory set of held claims, never file I/O, so no slow listing,
+    scan or heartbeat can delay a renewal.
+    """
 
     def __init__(self, layout: Layout, worker_id: str, lease_s: float, stop: threading.Event,
                  renew: Callable[[Path], object], counts: Counts) -> None:

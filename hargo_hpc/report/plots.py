@@ -1,25 +1,9 @@
 """The report's PNGs: training curves of every run, one line per run ("<method> s<seed>").
 
-- `reward.png`: per task (one panel each), the step's mean reward of the task's scored
-  completions (`tasks/<task>/reward_mean`) over RL steps;
-- `weight_share.png`: per task, HARGO's share of Σ|w·A| over the rows in the loss
-  (`tasks/<task>/weight_share`, solid) next to the same share with w ≡ 1
-  (`tasks/<task>/adv_share`, dashed): where HARGO moves the weight. Only runs whose records
-  have a weight share; skipped (with a note) when none has;
-- `contrast.png`: per task, the share of its groups whose rewards are not all equal
-  (`tasks/<task>/contrast_share`): the groups a group-relative method learns from. A task at
-  0 in most steps rides along without a say in the update;
-- `completion_length.png`: per task, the mean completion length in tokens
-  (`tasks/<task>/completion_length`);
-- `gemm_gflops.png`: per GEMM run (one panel each, a shared GFLOPS axis), with SQD every ok
-  bench result of `sqd/results.jsonl` as a point coloured by its SQD stage and the step's best
-  as the run's line; without SQD results the step's mean GFLOPS of ok kernels
-  (`tasks/gemm/gflops_mean`, and `gflops_max` dashed). Skipped when no run has GEMM numbers.
-
-matplotlib is imported only inside `write_plots`, on its Agg canvas (no pyplot, no display,
-no global backend switch). Its config and font cache go to MPLCONFIGDIR; when that is unset,
-to a private directory under the system's temporary directory, never into ~/.cache.
-`plot_notes` says which plots are skipped without importing matplotlib.
+`write_plots` draws `reward.png`, `weight_share.png`, `contrast.png`, `completion_length.png`
+and `gemm_gflops.png` from the runs' records, each only when some run has its data;
+`plot_notes` says which are skipped and why; `matplotlib_config_dir` keeps matplotlib's cache
+out of ~/.cache. What each plot shows and when it is drawn: docs/report.md, "The plots".
 """
 
 from __future__ import annotations
@@ -106,7 +90,7 @@ def _skips(runs: Sequence[RunSummary]) -> dict[str, str]:
 
 
 def plot_notes(runs: Sequence[RunSummary]) -> list[str]:
-    """One note per plot that `write_plots` skips, saying why."""
+    """One note per plot that `write_plots` skips, saying why (matplotlib not imported)."""
     return [f"{file} not drawn: {why}" for file, why in _skips(runs).items()]
 
 
@@ -242,8 +226,9 @@ def _gemm(runs: Sequence[RunSummary], labels: dict[int, str], colour: Callable[[
 
 
 def write_plots(runs: Sequence[RunSummary], directory: str | Path) -> list[Path]:
-    """Draw every plot of the module docstring that has data into `directory` (each PNG put
-    in place atomically); return the files written, in PLOT_FILES order."""
+    """Draw every plot of PLOT_FILES that has data into `directory` (each PNG put in place
+    atomically); return the files written, in PLOT_FILES order. matplotlib is imported only
+    under this call (its Agg canvas: no pyplot, no display, no global backend switch)."""
     matplotlib_config_dir()
     out = Path(directory)
     ordered = sort_runs(runs)

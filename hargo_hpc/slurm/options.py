@@ -1,23 +1,11 @@
 """The `#SBATCH` options of one job kind: the one list both batch paths are built from.
 
-`sbatch_options(resources, job_name=..., array=..., log_dir=...)` turns a config's
-`[slurm.<kind>]` resources into `(name, value)` pairs (long option names without `--`, value
-"" for a flag). The batch templates write one `#SBATCH` line per pair (`sbatch_line`), and
-`hargo_hpc.slurm.executor.slurm_parameters` derives submitit's parameters from the same pairs,
-so a resource cannot reach one path and not the other.
-
-The time-limit warning: `--signal=B:USR1@<lead>` sends SIGUSR1 to the batch shell
-`signal_lead_s` seconds before the limit (the bench worker template `exec`s the worker, which
-releases its claims on SIGUSR1); a job whose work runs in `srun` steps (training:
-`to_steps=True`) gets `--signal=USR1@<lead>`, sent to every task of its steps, where the
-trainer checkpoints and exits 75. `requeue=True` adds `--requeue` (the training array: a task
-requeues itself after such a stop). Under submitit the same lead becomes
-`slurm_signal_delay_s`; the signal itself is submitit's own (USR2 unless
-`SUBMITIT_PREEMPT_SIGNAL`), sent to the job steps, because submitit's handler in the job is
-what checkpoints and requeues there (`entrypoints.Resumable`).
-
-`JOB_ENVIRONMENT`: the shell lines every job runs before its command, in the scripts and in
-submitit's job files alike.
+`sbatch_options` turns a config's `[slurm.<kind>]` resources into option pairs, which the
+batch templates write one `#SBATCH` line each (`sbatch_line`) and from which
+`executor.slurm_parameters` derives submitit's parameters, so a resource cannot reach one path
+and not the other. `JOB_ENVIRONMENT` holds the shell lines every job runs before its command.
+The option list, the time-limit signal and the submitit mapping: docs/slurm.md, "One list of
+`#SBATCH` options" and "submitit".
 """
 
 from __future__ import annotations
@@ -88,7 +76,8 @@ def sbatch_options(
     to_steps: bool = False,
     requeue: bool = False,
 ) -> list[Option]:
-    """The `#SBATCH` options of a job kind, in the order the templates write them.
+    """The `#SBATCH` options of a job kind, in the order the templates write them: `(name,
+    value)` pairs, the long option name without `--` and "" as the value of a flag.
 
     `array` is an sbatch `--array` range ("0-7"; `resources.array_parallelism` adds its
     `%limit`); `log_dir` adds `--output` (`%x-%j.out`, or `%x-%A_%a.out` for an array);

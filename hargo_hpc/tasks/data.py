@@ -1,22 +1,11 @@
 """Loading a task's records: from a directory, one file, the hub, or the shipped sample.
 
-`path` of a task (the config's `[[data.tasks]] path`) is one of
-
-- a directory holding the published HPC-GPT files under their names (`Task.files`, e.g.
-  `task2_c_c++.json`): the first of the task's names found there is read;
-- one file: a JSON list of records, or JSONL (one record per line) when it ends in `.jsonl`;
-- the hub id `HPC-GPT/HPC`: the task's file of the Hugging Face dataset, through
-  `datasets.load_dataset` (cached where `datasets` caches; an existing local path of that
-  name wins);
-- `""`: the task's shipped sample, `hargo_hpc/tasks/samples/<Task.sample>`.
-
-Local files are read with `json`, not `datasets`: its JSON loader fills a missing key with
-None (a record without `output` looks like one with `"output": null`), reports bad JSON
-without a position, and caches a copy; here every error is one line naming the file and the
-record. Records are validated (`validate_records`: Alpaca records for the text tasks; for a
-remote task, GEMM, only objects, which its `from_record` validates), then each goes through
-`task.from_record(record, index)`; those that do not fit the task (None) are dropped and
-counted in one log line. See docs/data.md.
+`load_examples(task, path)` reads a task's `path` (a directory of the published HPC-GPT
+files, a JSON or JSONL file, the hub id `HPC-GPT/HPC`, or "" for the shipped sample),
+validates the records (`validate_records`) and turns each into an `Example` with
+`task.from_record`, dropping and counting those that do not fit; `read_records` stops before
+`from_record`; `load_tasks` loads every config entry. The forms of `path`, why local files are
+read with `json`, and the errors: docs/data.md, "Loading".
 """
 
 from __future__ import annotations
@@ -114,7 +103,7 @@ def read_file(path: Path, *, alpaca: bool = True) -> list[dict[str, Any]]:
 
 
 def read_records(task: Task, path: str = "") -> SourceRecords:
-    """The validated records of `task` at `path` (the four forms of the module docstring),
+    """The validated records of `task` at `path` (its four forms: docs/data.md, "Loading"),
     before `from_record`: what `load_examples` and `hargo data stats` start from. Alpaca
     records for the text tasks, any objects for a remote one (`validate_records`)."""
     alpaca = not task.remote

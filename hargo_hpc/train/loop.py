@@ -1,23 +1,11 @@
-"""The RL loop: `train(config)` runs an experiment. One step (`train.step.rl_step`) is, read
-top to bottom, `start_step` (gen, and what needs the sampling policy) then `finish_step` (the
-rest, one phase a block). The steps share a `RunContext` (built once, immutable) and change a
-`LoopState` (step, data position, the method's weighting, SQD), which every checkpoint saves.
-With rollout.max_staleness 1 the loop starts step t+1 before it finishes step t, so the bench
-works on t's rewards while t+1 is generated (docs/training.md, "Overlapping rewards").
+"""The RL loop: `train(config)` runs an experiment.
 
-Around the steps `train` validates the config (one-line `TrainError`), claims the run directory
-(a finished run is refused without `resume`; a resume must have the same config hash), loads
-data, models and the engine (`train.setup`), runs the SFT warm start (`sft.steps` at `sft.lr`,
-`train.sft_run`), and writes metrics, rollouts, checkpoints (every `save_every` steps, at the
-end, and on SIGUSR1/SIGUSR2/SIGTERM, after which it returns `interrupted`: the CLI exits with
-`EXIT_REQUEUE`) and the HF export. docs/training.md has the layout of the run directory and
-every metric.
-
-A stop request is honoured at the next phase boundary, not only at the end of a step: with one
-step in flight (max_staleness 0) right after its generation, and during its wait for bench
-results; the checkpoint then holds the steps done and that step in flight (its completions,
-their rewards asked of the handoff again on resume), so a resumed run is the uninterrupted
-one. With max_staleness 1 two steps are in flight, and the stop comes at the end of the step.
+Around the steps (`train.step.rl_step`: `start_step` then `finish_step`, sharing a
+`RunContext` and changing a `LoopState`) `train` validates the config, claims the run
+directory (or resumes it), sets up data, models and engine, runs the SFT warm start, and
+writes metrics, rollouts, checkpoints and the HF export; a stop signal checkpoints and returns
+`interrupted` (`EXIT_REQUEUE`). The step, `rollout.max_staleness`, stop requests and the run
+directory: docs/training.md.
 """
 
 from __future__ import annotations
@@ -83,7 +71,7 @@ __all__ = ["EXIT_REQUEUE", "TrainError", "TrainResult", "export_model", "sft_run
 def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
           on_step: Callable[[dict[str, Any]], object] | None = None,
           progress: bool = True) -> TrainResult:
-    """Run (or, with `resume`, continue) the experiment; see the module docstring. Under
+    """Run (or, with `resume`, continue) the experiment (docs/training.md). Under
     several ranks (WORLD_SIZE > 1) every rank calls it; it creates the process group unless
     one exists (and then destroys it at the end); docs/training.md, "Several ranks"."""
     paths = config.layout()

@@ -1,27 +1,10 @@
 """Supervised fine-tuning on reference answers: the warm start before RL and the `sft` preset.
 
-The papers start RL from an SFT model; a small model writes no compilable kernel without one.
-Data: each text task's reference answers (`Example.output`, HPC-GPT's outputs) for its training
-examples; for a task whose data has no answers, its SFT corpus (`Task.sft_corpus`; GEMM's is
-`tasks.corpus.sft_examples`: every shipped kernel for every problem), of which the warm start
-keeps the answers that fit the task's generation budget (`fitting`). One row is
-
-    prompt = build_prompt(user text, data.prompt_format, tokenizer)
-    target = tokens(answer)[: budget(task)] + [EOS]     (EOS kept only when not cut)
-
-(budget(task): the task's generation budget in tokens, `config.token_budgets`: a target longer
-than the rollout may sample is cut where a sampled completion would be.)
-
-laid out as the rollout lays out a completion (left-padded prompt, right-padded target), so
-`logprobs.token_logprobs` scores it and
-
-    loss = −Σ_{rows, t} m_t log π(target_t | prompt, target_<t) / Σ m   (token-mean)
-
-over the whole optimizer step: each micro-batch's `sft_loss` (its own token mean) is scaled by
-its share of the step's target tokens, counted over every rank, so the micro-batch losses of
-all ranks add up to the step's loss (the engine's summed-loss convention). Under W ranks each
-rank trains on its contiguous share of the step's rows (`split(rows, W)[rank]`). `SftSampler`
-walks the rows in a new seeded order each epoch and can be checkpointed like the prompt sampler.
+`sft_items` gives a task's rows (its reference answers, or its SFT corpus cut to what
+`fitting` keeps), `build_sft_batch` lays them out as the rollout lays out completions,
+`SftSampler` draws them in seeded, checkpointable epochs and `sft_update` takes one optimizer
+step (the row and loss formulas are in those two functions' docstrings). The data, the
+budgets and the multi-rank split: docs/training.md, "SFT warm start" and "Several ranks".
 """
 
 from __future__ import annotations
@@ -212,7 +195,12 @@ def build_sft_batch(items: Sequence[SftItem], tokenizer: Any, prompt_format: str
                     max_target_tokens: int | Mapping[str, int], device: torch.device
                     ) -> SftBatch:
     """`sft_batch` of templated rows; each target cut at `max_target_tokens`, one for all or
-    its task's (`config.token_budgets`; ValueError for a task not in it)."""
+    its task's (`config.token_budgets`; ValueError for a task not in it). Row i is
+
+        prompt = build_prompt(user text, prompt_format, tokenizer)
+        target = tokens(answer)[: budget(task)] + [EOS]     (EOS kept only when not cut)
+
+    so a target is cut where a sampled completion of its task would be."""
     prompts = [build_prompt(item.user_text, prompt_format, tokenizer) for item in items]
     if isinstance(max_target_tokens, int):
         limits: int | list[int] = max_target_tokens
@@ -242,8 +230,13 @@ def sft_update(engine: Any, batch: SftBatch, *, accum: int, agg: str = "token-me
     """One optimizer step on `batch` (this rank's rows of the step): `accum` micro-batches,
     each `sft_loss` scaled to the step's denominator over every rank (token-mean: its share of
     the step's target tokens; the seq-* aggregations: its share of the rows), `engine.backward`
-    and `engine.step` after each. Returns, for the whole step: loss (the sum of the scaled
-    micro-batch losses of every rank), nll (token-mean), tokens, sequences."""
+    and `engine.step` after each. With token-mean the step's loss is
+
+        loss = −Σ_{rows, t} m_t log π(target_t | prompt, target_<t) / Σ m
+
+    over every rank's rows (the SFT loss of docs/algorithms.md, "DPO and SFT"; the engine's
+    summed-loss convention, docs/engine.md). Returns, for the whole step: loss (the sum of the
+    scaled micro-batch losses of every rank), nll (token-mean), tokens, sequences."""
     mask = batch.target_mask
     rows_here = batch.input_ids.shape[0]
     total_tokens = distributed.sum_across_ranks(float(mask.sum()))

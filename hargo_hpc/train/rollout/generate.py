@@ -1,24 +1,9 @@
 """Rollout: G sampled completions per prompt, their masks, and their token log-probs.
 
-The loop calls only `GenerationBackend.generate` (the HF `generate` backend here; a vLLM backend
-implements the same method) and `score_rollout`. Layout of a batch of N = len(prompts) · G rows,
-the G completions of prompt p in rows p·G … p·G+G−1 (`group_index` = p):
-
-    prompt_ids  [N, P]  left padded with pad   prompt_mask      1 on prompt tokens
-    completion_ids [N, T] right padded with pad completion_mask  1 on generated tokens up to and
-                                                including the first EOS, or the token that completes
-                                                the first stop string, or the last token
-
-`truncated[i]` is True when row i ran to `max_new_tokens` with neither EOS nor a stop string.
-
-Seeds: `generate(..., seeds=)` gives each prompt a seed and row g of prompt p samples from its
-own random stream, seeded `derive_seed(seeds[p], g)`: a row's completion depends on its seed
-alone, not on which prompts share its call or where it sits in the batch (what an evaluation
-needs: two examples' sample k are independent draws). Without `seeds`, rows draw from one
-stream per call (SamplingParams.seed, else the global RNG).
-`texts[i]` is the decoded completion (special tokens skipped) without the EOS, cut before the
-stop string that ended it (the stop string itself is removed, as vLLM and OpenAI do; its tokens
-stay in the mask: the policy generated them). T is the longest masked completion of the batch.
+The loop calls only `GenerationBackend.generate` (here `HFGenerateBackend`; a vLLM backend
+would implement the same method) and `score_rollout`. `finish_completion(s)` decide where a
+completion ends and what its text is, whatever the backend; `RowSampler` gives each row its
+own seeded stream. The batch layout, the end rules, the seeds and the backend: docs/rollout.md.
 """
 
 from __future__ import annotations
@@ -73,7 +58,7 @@ class SamplingParams:
 
 @dataclass
 class Generations:
-    """A rollout before scoring: what a backend returns (fields in the module docstring)."""
+    """A rollout before scoring: what a backend returns (fields: docs/rollout.md, "The batch")."""
 
     prompt_ids: Tensor
     prompt_mask: Tensor
@@ -202,9 +187,9 @@ class GenerationBackend(Protocol):
 
     def generate(self, prompts: list[str], G: int, params: PromptParams,
                  seeds: Sequence[int] | None = None) -> Generations:
-        """G completions of each prompt, rows grouped by prompt (module docstring); `params`
-        one SamplingParams for all, or one per prompt (each task's generation budget);
-        `seeds` one per prompt: row g of prompt p samples from its own stream
+        """G completions of each prompt, rows grouped by prompt (docs/rollout.md, "The
+        batch"); `params` one SamplingParams for all, or one per prompt (each task's generation
+        budget); `seeds` one per prompt: row g of prompt p samples from its own stream
         (`derive_seed(seeds[p], g)`), whatever else the call holds."""
         ...
 
@@ -338,7 +323,7 @@ class HFGenerateBackend:
         sampled together, one `generate` call per distinct params (a yes/no group stops at its
         few tokens instead of running to a kernel's hundreds), under one gather (ZeRO-3), in
         order of first appearance; the rows come back in prompt order (`merge_generations`).
-        `seeds`: one per prompt, each row its own stream (module docstring; `RowSampler`)."""
+        `seeds`: one per prompt, each row its own stream (docs/rollout.md; `RowSampler`)."""
         if not prompts or not all(isinstance(p, str) for p in prompts):
             raise ValueError("prompts must be a non-empty list of strings")
         if G < 1:
