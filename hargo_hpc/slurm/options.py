@@ -18,13 +18,17 @@ from hargo_hpc.config import JobResources
 Option = tuple[str, str]
 
 TIME_SIGNAL = "USR1"
-# one thread per CPU the task holds; the hub offline (the models are local directories)
+# one thread per CPU the task holds; the hub offline (the models are local directories); no
+# launcher variables
 JOB_ENVIRONMENT = (
     'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
     # srun does not inherit --cpus-per-task on Slurm 22.05-23.02: each rank got one CPU
     '[ -z "${SLURM_CPUS_PER_TASK:-}" ] || export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
     'export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"',
     'export HF_DATASETS_OFFLINE="${HF_DATASETS_OFFLINE:-1}"',
+    # a job's ranks come from Slurm: a torch launcher's variables inherited from the submitting
+    # shell (sbatch exports it) would make every task a one-process run of its own
+    "unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT",
 )
 
 # Options that always come from somewhere other than `extra`, and where they come from.

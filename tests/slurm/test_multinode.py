@@ -11,8 +11,9 @@ checking that no namespace, link, mount or process of it is left. On it:
   each rank its `cpus_per_task` (it exports SRUN_CPUS_PER_TASK; the same script without that
   line gives each rank one CPU, as srun 22.05-23.02 does not inherit --cpus-per-task);
 - `hargo submit` of jobs/tiny.toml trains across two nodes, one rank a node and two ranks a node,
-  under ZeRO-2 and ZeRO-3, and ends with the parameters and deterministic metrics of one
-  process. The method is the `sft` preset: its update depends on the prompts' reference
+  under ZeRO-2 and ZeRO-3, as one process group of every rank (one checkpoint, its world size
+  that of the job, though the submitting shell holds a launcher's RANK=0 WORLD_SIZE=1), and
+  ends with the parameters and deterministic metrics of one process. The method is the `sft` preset: its update depends on the prompts' reference
   answers, not on the sampled completions (which depend on how the prompts are shared out), so
   a one-process run is an exact reference; the rollout is still sampled, rewarded and gathered
   across the ranks. The ranks build the tiny model into a fresh cache at once (the first
@@ -44,6 +45,7 @@ from waiting import wait_until
 from hargo_hpc.slurm.manifest import Manifest, load_manifest
 from hargo_hpc.slurm.watch import job_states
 from hargo_hpc.train import metrics as m
+from hargo_hpc.train.backend.checkpoint import read_state
 from hargo_hpc.train.model.models import tiny_recipe_hash
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -294,6 +296,24 @@ def submissions(cluster: Cluster) -> dict[str, Manifest]:
     """Every training submission at once (the scheduler runs them as the nodes free up), their
     eval and report jobs cancelled (not what this module tests)."""
     cache = cluster.work / "models"  # fresh: the ranks of the first jobs build the tiny model
+    # The submitting shell holds a torch launcher's variables (as after a one-process run in
+    # it); sbatch exports them into the jobs, which must take their ranks from Slurm anyway.
+    launcher = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "0"}
+    before = {name: os.environ.get(name) for name in launcher}
+    os.environ.update(launcher)
+    try:
+        _submit_all(cluster, cache)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return cluster.submissions
+
+
+def _submit_all(cluster: Cluster, cache: Path) -> None:
     for shape, per_node in SHAPES.items():
         for stage in STAGES:
             name = f"{shape}-z{stage}"
@@ -308,7 +328,6 @@ def submissions(cluster: Cluster) -> dict[str, Manifest]:
             manifest = load_manifest(cluster.work / name / "tiny")
             run("scancel", manifest.job("eval").job_id, manifest.job("report").job_id)
             cluster.submissions[name] = manifest
-    return cluster.submissions
 
 
 @pytest.fixture(scope="module")
@@ -356,6 +375,10 @@ def test_training_across_two_nodes_ends_like_one_process(
             assert all(len(c) == 1 for c in mine) and len(set().union(*mine)) == per_node, ranks
 
         run_dir = Path(manifest.runs[0].dir)
+        # one process group of every rank: one checkpoint, written by all of them
+        saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
+        assert saved == ["step_000002"], saved
+        assert read_state(run_dir / "checkpoints" / saved[0])["world_size"] == 2 * per_node
         got = load_file(run_dir / "export" / "model.safetensors")
         before = load_file(cluster.work / "models" / f"tiny-{tiny_recipe_hash()}"
                            / "model.safetensors")

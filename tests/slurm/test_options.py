@@ -233,3 +233,20 @@ def test_submitit_asks_for_what_the_rendered_scripts_say(job: Path, tmp_path: Pa
         assert sub == mine, planned.name
         for line in ["module load gcc", *JOB_ENVIRONMENT]:
             assert line in rendered.splitlines() and line in submitted.splitlines(), line
+
+
+def test_a_job_forgets_the_submitting_shells_launcher_variables() -> None:
+    """sbatch exports the submitting shell's environment into the job; a torch launcher's
+    variables there (RANK=0 WORLD_SIZE=1) would make every task train alone."""
+    import subprocess
+
+    from hargo_hpc.slurm.options import JOB_ENVIRONMENT
+    from hargo_hpc.train.backend.distributed import STANDARD
+
+    inherited = {name: "1" for name in STANDARD}
+    script = "\n".join([*JOB_ENVIRONMENT, "env"])
+    seen = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", **inherited},
+                          capture_output=True, text=True, check=True).stdout
+    names = {line.partition("=")[0] for line in seen.splitlines()}
+    assert not names & set(STANDARD), sorted(names & set(STANDARD))
+    assert "OMP_NUM_THREADS" in names

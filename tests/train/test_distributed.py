@@ -71,6 +71,14 @@ def test_init_gives_the_process_group_its_timeout(monkeypatch: pytest.MonkeyPatc
     assert os.environ["WORLD_SIZE"] == "2"  # the copy; the suite's own environment is untouched
 
 
+def test_a_launcher_inside_a_slurm_step_keeps_its_world() -> None:
+    # torchrun on each of 2 srun tasks, 4 ranks a task: the launcher's world is the larger
+    inside = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "RANK": "5", "WORLD_SIZE": "8",
+              "LOCAL_RANK": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
+    env = detect(inside)
+    assert (env.rank, env.world_size, env.source) == (5, 8, "env")
+
+
 def test_one_process_when_nothing_is_set() -> None:
     env = detect({})
     assert (env.rank, env.world_size, env.local_rank, env.master_addr) == (0, 1, 0, "127.0.0.1")
@@ -88,7 +96,11 @@ def test_one_process_when_nothing_is_set() -> None:
      ({"RANK": "2", "WORLD_SIZE": "2"}, "need 0 <= RANK < WORLD_SIZE"),
      ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
      ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "MASTER_ADDR, MASTER_PORT not"),
-     ({**SLURM, "SLURM_STEP_ID": None}, "SLURM_NTASKS=4 but this is the batch step")],
+     ({**SLURM, "SLURM_STEP_ID": None}, "SLURM_NTASKS=4 but this is the batch step"),
+     # a submitting shell's launcher variables reach every task of the job (sbatch exports
+     # the environment): each would train alone, all into one run directory
+     ({**SLURM, "SLURM_STEP_NUM_TASKS": "4", "RANK": "0", "WORLD_SIZE": "1"},
+      "WORLD_SIZE=1 but this Slurm step runs 4 tasks: RANK and WORLD_SIZE were inherited")],
 )
 def test_incomplete_settings_are_refused(
     environ: dict[str, str | None], match: str, monkeypatch: pytest.MonkeyPatch

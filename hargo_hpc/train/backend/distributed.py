@@ -116,6 +116,14 @@ def _from_standard(environ: Mapping[str, str]) -> DistEnv:
             raise DistributedError(
                 f"RANK and WORLD_SIZE={world} are set but {', '.join(missing)} not"
             )
+    step_tasks = environ.get("SLURM_STEP_NUM_TASKS")
+    if environ.get("SLURM_STEP_ID") is not None and step_tasks and step_tasks.isdigit() \
+            and world < int(step_tasks):
+        raise DistributedError(
+            f"WORLD_SIZE={world} but this Slurm step runs {step_tasks} tasks: RANK and "
+            "WORLD_SIZE were inherited from the shell that submitted the job; unset RANK, "
+            "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT there"
+        )
     local = _int(environ, "LOCAL_RANK") if environ.get("LOCAL_RANK") else 0
     port = (_int(environ, "MASTER_PORT") if environ.get("MASTER_PORT")
             else SINGLE_PORT if world == 1 else free_port())
