@@ -11,14 +11,14 @@ checking that no namespace, link, mount or process of it is left. On it:
   each rank its `cpus_per_task` (it exports SRUN_CPUS_PER_TASK; the same script without that
   line gives each rank one CPU, as srun 22.05-23.02 does not inherit --cpus-per-task);
 - `hargo submit` of jobs/tiny.toml trains across two nodes, one rank a node and two ranks a node,
-  under ZeRO-2 and ZeRO-3, as one process group of every rank (one checkpoint, its world size
-  that of the job, though the submitting shell holds a launcher's RANK=0 WORLD_SIZE=1), and
-  ends with the parameters and deterministic metrics of one process. The method is the `sft` preset: its update depends on the prompts' reference
-  answers, not on the sampled completions (which depend on how the prompts are shared out), so
-  a one-process run is an exact reference; the rollout is still sampled, rewarded and gathered
-  across the ranks. The ranks build the tiny model into a fresh cache at once (the first
-  multi-node run of a user), and a wrapper as `slurm.python` records where every process ran
-  and on which CPUs.
+  under ZeRO-2 and ZeRO-3, as one process group of every rank (one checkpoint, its world size that
+  of the job, though the submitting shell holds a launcher's RANK=0 WORLD_SIZE=1), and ends with the
+  parameters and deterministic metrics of one process. The method is the `sft` preset: its update
+  depends on the prompts' reference answers, not on the sampled completions (which depend on how the
+  prompts are shared out), so a one-process run is an exact reference; the rollout is still sampled,
+  rewarded and gathered across the ranks. The ranks build the tiny model into a fresh cache at once
+  (the first multi-node run of a user), and a wrapper as `slurm.python` records where every process
+  ran and on which CPUs.
 """
 
 from __future__ import annotations
