@@ -102,6 +102,9 @@ class TrainingSection(_Section):
     log_every: int = Field(1, ge=1, description="print a progress line every this many steps")
     save_every: int = Field(0, ge=0, description="checkpoint every this many steps; 0 = only at "
                             "the end")
+    save_total_limit: int = Field(
+        0, ge=0, description="keep only this many checkpoints, the newest (at 7B one is ~14 B a "
+        "parameter: ~100 GB); 0 = keep all")
 
 
 class SftSection(_Section):

@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,12 +118,32 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                 ctx, data, paths.sft.metrics, config.sft.steps, stop, log):
             return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
         in_flight = _in_flight(ctx, state, data, checkpoint)  # a step saved in flight
+        step_s = 0.0  # the last step's time: with a save, what a stop signal's lead must cover
+        advise = bool(os.environ.get("SLURM_JOB_ID"))  # once, in a Slurm job
+
+        def save(loop_state: dict[str, Any] | None = None) -> Path:
+            """Checkpoint the steps done (and a step in flight); keep the newest
+            `save_total_limit`; say when a step and a save outlast the time-limit signal's
+            lead."""
+            nonlocal advise
+            started = time.monotonic()
+            path = ctx.engine.save_checkpoint(paths.checkpoints, f"step_{state.step:06d}",
+                                              state.trainer_state(config_hash).to_dict(),
+                                              loop_state)
+            if main:
+                for name in ckpt.prune(paths.checkpoints, t.save_total_limit):
+                    log(f"checkpoint {name} removed (training.save_total_limit "
+                        f"{t.save_total_limit})")
+                advice = lead_advice(time.monotonic() - started, step_s,
+                                     config.slurm.train.signal_lead_s)
+                if advise and advice is not None:
+                    log(advice)
+                    advise = False
+            return path
 
         def stop_in_flight(rollout: Rollout) -> TrainResult:
             """Checkpoint the steps done and `rollout` in flight (resumed from its rewards)."""
-            saved = ctx.engine.save_checkpoint(
-                paths.checkpoints, f"step_{state.step:06d}",
-                state.trainer_state(config_hash).to_dict(), rollout.state_dict())
+            saved = save(rollout.state_dict())
             log(f"{stop.requested}: stopped in step {rollout.step}; checkpoint {saved} "
                 "written; continue with --resume")
             return TrainResult(paths.root, paths.metrics, state.step, saved, None,
@@ -137,6 +160,7 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
             except StepInterrupted:  # the reward wait, cut short (only with nothing else in flight)
                 return stop_in_flight(rollout)
             state.step = step
+            step_s = float(record.get("timing_s/step") or 0.0)
             writer.write(record)
             if main:
                 m.write_rollouts(paths.rollouts(step), rows)
@@ -144,18 +168,14 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                 on_step(record)
             stopping = _agreed(stop, env)  # one decision for the step's end, every rank
             if (t.save_every and step % t.save_every == 0) or stopping:
-                saved = ctx.engine.save_checkpoint(
-                    paths.checkpoints, f"step_{step:06d}",
-                    state.trainer_state(config_hash).to_dict(),
-                    None if in_flight is None else in_flight.state_dict())
+                saved = save(None if in_flight is None else in_flight.state_dict())
             if stopping:
                 log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
                 return TrainResult(paths.root, paths.metrics, step, saved, None,
                                    interrupted=True)
         state.step = max(state.step, t.steps)
         if saved is None or saved.name != f"step_{state.step:06d}":
-            saved = ctx.engine.save_checkpoint(paths.checkpoints, f"step_{state.step:06d}",
-                                               state.trainer_state(config_hash).to_dict())
+            saved = save()
     export = export_model(ctx.engine, ctx.tokenizer, paths.export, lora=bool(config.model.lora_r))
     if main:
         write_atomic(paths.finished, json.dumps({
@@ -163,6 +183,19 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
             "metrics": str(paths.metrics)}, indent=1) + "\n")
     distributed.barrier()
     return TrainResult(paths.root, paths.metrics, state.step, saved, export)
+
+
+def lead_advice(save_s: float, step_s: float, lead_s: float) -> str | None:
+    """A line when the time-limit signal's lead cannot cover what a stop needs: the step in
+    progress (at most one step, `step_s`) and a save (`save_s`, as just measured), with half
+    again as margin for a slower filesystem; None when it can."""
+    needed = 1.5 * (save_s + step_s)
+    if needed <= lead_s:
+        return None
+    suggest = int(math.ceil(needed / 10.0) * 10)
+    return (f"a save took {save_s:.0f} s and a step {step_s:.0f} s: the time-limit signal's "
+            f"lead (slurm.train.signal_lead_s {lead_s:.0f} s) may end a job before its "
+            f"checkpoint; set it to at least {suggest}")
 
 
 def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgorithm, accum: int,

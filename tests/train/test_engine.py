@@ -285,6 +285,28 @@ def test_a_save_killed_half_way_leaves_latest_on_the_previous_checkpoint(
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step_1", "step_2", "step_2.1"]
 
 
+def test_pruning_keeps_the_newest_and_never_latests_target(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+
+    def saved(tag: str) -> None:
+        partial = ckpt.prepare_partial(root, tag)
+        ckpt.write_state(partial, tag=tag, world_size=1, zero_stage=2, client_state={})
+        ckpt.publish(root, tag)
+
+    for step in (1, 2, 3):
+        saved(f"step_{step}")
+    assert ckpt.prune(root, 0) == []  # 0 keeps all
+    assert ckpt.prune(root, 2) == ["step_1"]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step_2", "step_3"]
+    # `latest` on an older checkpoint (a resume from it): it stays, the rest by age
+    saved("step_4")
+    (root / "latest").write_text("step_2")
+    (root / ".pruned-step_0").mkdir()  # a removal a kill interrupted: finished now
+    assert ckpt.prune(root, 1) == ["step_3"]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step_2", "step_4"]
+    assert ckpt.latest_checkpoint(root) == root / "step_2"
+
+
 def test_resume_refuses_another_experiments_checkpoint(tmp_path: Path) -> None:
     root = tmp_path / "run" / "checkpoints"
     ours, theirs = ckpt.config_hash("[training]\nlr = 1e-6\n"), ckpt.config_hash("lr = 2e-6")

@@ -228,11 +228,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, changes: dict,
 # ---------------------------------------------------------------- kill -9 and resume
 
 
-def _job(tmp_path: Path, name: str) -> Path:
+def _job(tmp_path: Path, name: str, training: str = "") -> Path:
     """8 steps of 2 prompts over a 5-prompt training split: the sampler's epochs end at draws
-    5, 10, 15 (steps 3, 5, 8); checkpoints every 2 steps. plp_qa with the plain cosine as its
-    reward (`similarity_baseline = "none"`): rewards differ within a group, so every step
-    moves the weights and the optimizer state."""
+    5, 10, 15 (steps 3, 5, 8); checkpoints every 2 steps (`training`: more of its lines).
+    plp_qa with the plain cosine as its reward (`similarity_baseline = "none"`): rewards differ
+    within a group, so every step moves the weights and the optimizer state."""
     job = tmp_path / f"{name}.toml"
     job.write_text(f"""
 [run]
@@ -258,6 +258,7 @@ lr = 1e-3
 steps = 8
 micro_batch_size = 4
 save_every = 2
+{training}
 """)
     return job
 
@@ -279,7 +280,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
 def test_kill_9_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(
         tmp_path: Path) -> None:
     whole = _job(tmp_path, "whole")
-    cut = _job(tmp_path, "cut")
+    cut = _job(tmp_path, "cut", "save_total_limit = 2")  # pruning must not disturb a resume
     reference = _hargo("train", str(whole))
     victim = _hargo("train", str(cut))
     latest = tmp_path / "cut" / "checkpoints" / "latest"
@@ -299,6 +300,8 @@ def test_kill_9_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(
     progress = [line.split()[1] for line in resumed.splitlines() if line.startswith("step ")]
     assert progress == [f"{k}/8" for k in range(saved + 1, 9)]  # continued, not restarted
     assert "export: " in resumed
+    kept = sorted(p.name for p in (tmp_path / "cut" / "checkpoints").iterdir() if p.is_dir())
+    assert kept == ["step_000006", "step_000008"]
     expect = [m.deterministic(r) for r in m.read_records(tmp_path / "whole" / "metrics.jsonl")]
     got = [m.deterministic(r) for r in m.read_records(tmp_path / "cut" / "metrics.jsonl")]
     assert [r["step"] for r in got] == list(range(1, 9))
@@ -677,3 +680,12 @@ def test_the_mix_summary_says_which_task_had_a_say() -> None:
     assert lines[0].startswith("a  drawn in 3 of 4 steps, contrast in 2 of them (mean share "
                                "of its groups 0.50); HARGO weight share 0.90 (0.80 with w = 1)")
     assert "PASSENGER" not in lines[0] and "PASSENGER" in lines[1]
+
+
+def test_a_lead_too_short_for_a_step_and_a_save_is_said_with_what_would_do() -> None:
+    assert loop.lead_advice(save_s=20.0, step_s=40.0, lead_s=120.0) is None  # 90 s needed
+    said = loop.lead_advice(save_s=300.0, step_s=60.0, lead_s=120.0)  # 540 s needed
+    assert said is not None and "\n" not in said
+    assert "a save took 300 s and a step 60 s" in said
+    assert "slurm.train.signal_lead_s 120 s" in said and said.endswith("at least 540")
+    assert loop.lead_advice(save_s=0.0, step_s=81.0, lead_s=120.0).endswith("at least 130")

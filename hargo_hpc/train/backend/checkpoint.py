@@ -176,6 +176,32 @@ def publish(root: Path, tag: str) -> Path:
     return final
 
 
+PRUNED_PREFIX = ".pruned-"
+
+
+def prune(root: Path, keep: int) -> list[str]:
+    """(Rank 0, after a publish.) Remove all but the `keep` newest complete checkpoints (by
+    their `saved_at_ns`), never the one `latest` names; returns the names removed. Each goes
+    first by one rename to `.pruned-<name>` (no longer complete, never resumed from), then its
+    files; a removal a kill interrupted is finished by the next call. keep 0 keeps all."""
+    if keep <= 0 or not root.is_dir():
+        return []
+    for stale in root.glob(f"{PRUNED_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    latest = latest_checkpoint(root)
+    complete = sorted((p for p in root.iterdir() if p.is_dir() and _complete(p)),
+                      key=lambda p: (read_state(p).get("saved_at_ns", 0), p.name))
+    removed = []
+    for path in complete[:-keep]:
+        if latest is not None and path.name == latest.name:
+            continue
+        gone = root / f"{PRUNED_PREFIX}{path.name}"
+        os.rename(path, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+        removed.append(path.name)
+    return removed
+
+
 def _complete(path: Path) -> bool:
     return not path.name.startswith(".") and (path / STATE_FILE).is_file()
 
