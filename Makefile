@@ -82,8 +82,12 @@ paper-table: install cluster-up  ## the ten methods + HARGO's ablations x 2 seed
 	HARGO_SLURM_STATE=$(SLURM_STATE) SLURM_CONF=$(SLURM_STATE)/etc/slurm.conf \
 	    $(PY) scripts/paper_table.py $(if $(HPCGPT_DIR),--data $(abspath $(HPCGPT_DIR)))
 
-gpu-smoke: install  ## a GPU node's first check: CUDA, a bf16 ZeRO step, generation and eval on the GPU, a 2-rank NCCL all-reduce
-	$(PY) scripts/gpu_smoke.py
+# The Python that runs `make gpu-smoke`: this checkout's .venv when there is one, else the one on
+# PATH (a cluster's module or site Python with its own CUDA torch and `pip install -e .`).
+SITE_PY     ?= $(if $(wildcard $(PY)),$(PY),python3)
+
+gpu-smoke:  ## a GPU node's first check, in the Python you have (no root, no network): `hargo doctor gpu`
+	$(SITE_PY) -m hargo_hpc doctor gpu
 
 dry-run: venv  ## render every job in jobs/ (bash -n each script); fails on any template or config error
 	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \

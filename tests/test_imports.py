@@ -149,6 +149,7 @@ FLOORS = (
     ("report",),
     ("slurm",),
     ("examples",),
+    ("doctor",),
     ("cli",),
     ("__main__",),
 )

@@ -10,6 +10,7 @@ from hargo_hpc import __version__
 from hargo_hpc.cli.bench import bench
 from hargo_hpc.cli.config import config
 from hargo_hpc.cli.data import data
+from hargo_hpc.cli.doctor import doctor
 from hargo_hpc.cli.eval import eval_group
 from hargo_hpc.cli.handoff import handoff, worker
 from hargo_hpc.cli.init import init
@@ -32,5 +33,5 @@ def main() -> None:
 
 
 for each in (submit, render, status, logs, cancel, train, sft, sqd, config, bench, worker,
-                handoff, init, data, eval_group, report):
+                handoff, init, data, eval_group, report, doctor):
     main.add_command(each)
