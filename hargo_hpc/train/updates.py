@@ -132,10 +132,13 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
                 step_loss = step_pg = 0.0
                 for micro in step_rows:
                     index = torch.tensor(micro, device=batch.input_ids.device)
-                    lp, ent = token_logprobs_and_entropy(
-                        engine, batch.input_ids[index], batch.attention_mask[index],
-                        batch.completion_start, len(micro),
-                        temperature=run.temperature, grad=True)
+                    forward = (engine, batch.input_ids[index], batch.attention_mask[index],
+                               batch.completion_start, len(micro))
+                    if iteration == 0:  # the entropy is logged for the first pass only
+                        lp, ent = token_logprobs_and_entropy(
+                            *forward, temperature=run.temperature, grad=True)
+                    else:
+                        lp = token_logprobs(*forward, temperature=run.temperature, grad=True)
                     part = batch.loss_mask[index]
                     loss, s = policy_loss(
                         lp, None if batch.old is None else batch.old[index],

@@ -48,9 +48,10 @@ def token_logprobs_and_entropy(
     temperature: float = 1.0,
     grad: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """([B, T] log-probabilities, [B, T] entropies) of the completion positions; both 0 where
-    `attention_mask` is 0. With P = `completion_start` and τ the sampling temperature, the
-    logits z at column P+j−1 score completion token j:
+    """([B, T] log-probabilities, [B, T] entropies, the latter without a graph: a statistic to
+    log) of the completion positions; both 0 where `attention_mask` is 0. With P =
+    `completion_start` and τ the sampling temperature, the logits z at column P+j−1 score
+    completion token j:
 
         logp[b, j] = log_softmax(z[b, P+j−1] / τ)[input_ids[b, P+j]]
         H[b, j]    = logsumexp(z') − Σ_v softmax(z')_v · z'_v,   z' = z[b, P+j−1] / τ
@@ -137,6 +138,7 @@ def _chunk(
     logprobs = torch.where(keep, logprobs, zero)
     if not entropy:
         return logprobs, None
-    probs = torch.softmax(logits, dim=-1)
-    ent = log_norm - (probs * logits).sum(dim=-1)
+    with torch.no_grad():  # logged, never differentiated: no graph holds a [rows, T, V] softmax
+        detached = logits.detach()
+        ent = log_norm.detach() - (torch.softmax(detached, dim=-1) * detached).sum(dim=-1)
     return logprobs, torch.where(keep, ent, zero)
