@@ -387,8 +387,9 @@ class HFGenerateBackend:
         """The KV cache of every prompt but its last token, computed once per prompt and
         repeated for its G rows (`generate` then runs only the last prompt token and the
         completion): a prompt's G completions share one prefill instead of G. None (generate
-        prefills as usual) for G = 1, a one-token prompt, or a model whose cache cannot be
-        repeated. Greedy completions are the same either way (tested)."""
+        prefills as usual) for G = 1, a one-token prompt, a model whose cache cannot be
+        repeated, or transformers before 5.24 (its outputs name the cache `past_key_values`).
+        Greedy completions are the same either way (tested)."""
         if G == 1 or prompt_ids.shape[1] < 2:
             return None
         ids, mask = prompt_ids[::G, :-1], prompt_mask[::G, :-1]  # rows are repeat_interleaved
