@@ -1,0 +1,111 @@
+"""Peak host memory of one update pass (forward, log-probs and entropy, backward) on the CPU:
+the package's `token_logprobs_and_entropy`, whose logged entropy keeps no graph, against the
+same pass with the entropy computed under autograd (how the update did it before issue Y), on
+the same model and batch.
+
+Each measurement is a fresh process (its peak resident set, `ru_maxrss`, less its resident set
+just before the pass), the two sides interleaved and repeated; the script prints each side's
+median and range and the ratio of the medians (after / before).
+
+Run: .venv/bin/python benchmarks/update_memory.py [--model smollm2] [--rows 4]
+     [--prompt 64] [--completion 256] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def measure(model_name: str, rows: int, prompt: int, completion: int, side: str) -> float:
+    """(In the child.) MiB the pass added to the process's peak resident set."""
+    import torch
+
+    from hargo_hpc.train.model import logprobs
+    from hargo_hpc.train.model.models import load_policy
+
+    torch.manual_seed(0)
+    model, _ = load_policy(model_name, dtype="float32")
+    model.train()
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (rows, prompt + completion))
+    mask = torch.ones_like(ids)
+    if side == "before":
+        logprobs._chunk = _entropy_with_graph(logprobs)  # the earlier pass, for comparison
+    base = _rss_mib()
+    lp, ent = logprobs.token_logprobs_and_entropy(model, ids, mask, prompt, rows, grad=True)
+    loss = -lp.mean() + 0.0 * float(ent.mean())  # the entropy is logged, never differentiated
+    loss.backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return peak - base
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _entropy_with_graph(logprobs: Any) -> Callable[..., Any]:
+    """`logprobs._chunk` as it was before issue Y: the entropy under autograd, so backward
+    keeps the [rows, T, V] softmax."""
+    import torch
+
+    def chunk(model: Any, input_ids: Any, attention_mask: Any, completion_start: int, *,
+              temperature: float, entropy: bool) -> tuple[Any, Any]:
+        length = input_ids.shape[1] - completion_start
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    position_ids=logprobs.position_ids_from_mask(attention_mask),
+                    use_cache=False, logits_to_keep=length + 1)
+        logits = out.logits[:, -(length + 1):-1, :].float() / temperature
+        log_norm = torch.logsumexp(logits, dim=-1)
+        targets = input_ids[:, completion_start:].long().unsqueeze(-1)
+        lp = logits.gather(-1, targets).squeeze(-1) - log_norm
+        if not entropy:
+            return lp, None
+        return lp, log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+
+    return chunk
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="tiny, smollm2 or a directory")
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--completion", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child", choices=("before", "after"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.model, args.rows, args.prompt, args.completion,
+                                 args.child)))
+        return 0
+    found: dict[str, list[float]] = {"before": [], "after": []}
+    for _ in range(args.repeats):
+        for side in found:  # interleaved
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", side, "--model", args.model,
+                 "--rows", str(args.rows), "--prompt", str(args.prompt),
+                 "--completion", str(args.completion)],
+                capture_output=True, text=True, check=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+            found[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"one update pass, {args.model}, {args.rows} rows x ({args.prompt} prompt + "
+          f"{args.completion} completion) tokens, fp32, {args.repeats} runs a side:")
+    for side, values in found.items():
+        print(f"  {side:<6} peak +{statistics.median(values):.0f} MiB "
+              f"(range {min(values):.0f}-{max(values):.0f})")
+    ratio = statistics.median(found["after"]) / statistics.median(found["before"])
+    print(f"  after / before: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
