@@ -26,6 +26,7 @@ from hargo_hpc.train.phases import (
     submit_rewards,
     update_actor,
 )
+from hargo_hpc.train.rollout.balance import balanced_order
 from hargo_hpc.train.rollout.generate import Generations, derive_seed
 from hargo_hpc.train.rollout.generated import Rollout, by_rank
 from hargo_hpc.train.rollout.rewards import RewardBatch
@@ -49,9 +50,10 @@ def start_step(ctx: RunContext, state: LoopState, step: int, prompts: int | None
     them (off-policy updates; always with rollout.max_staleness 1, since the update then comes
     after the policy moved), and submit the rewards (GEMM requests go to the bench now).
 
-    Under W ranks every rank draws the same prompts (the same sampler, the same seed) and
-    generates for its contiguous share (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups).
-    Row g of the step's prompt i samples its own stream,
+    Under W ranks every rank draws the same prompts (the same sampler, the same seed), puts
+    them in `balanced_order` of their generation budgets, and generates for its contiguous
+    share of that order (rank r: prompts r·P/W … (r+1)·P/W − 1, whole groups).
+    Row g of the step's drawn prompt i samples its own stream,
     `derive_seed(derive_seed(run.seed, "rollout", step, i), g)` (the backend derives the
     second), so the completions do not depend on how many ranks share the step.
     Rank 0 submits every rank's completions. `prompts` (default rollout.prompts_per_step) and
@@ -60,14 +62,18 @@ def start_step(ctx: RunContext, state: LoopState, step: int, prompts: int | None
     timer = m.PhaseTimer()
     world, rank = distributed.world_size(), distributed.rank()
     with timer("gen"):
-        everything = state.sampler.batch(  # every rank's
+        drawn = state.sampler.batch(  # every rank's
             ctx.config.rollout.prompts_per_step if prompts is None else prompts)
+        # each prompt keeps the seed of its place in the draw; the ranks' shares balance work
+        drawn_seeds = [derive_seed(ctx.config.run.seed, "rollout", step, first + i)
+                       for i in range(len(drawn))]
+        order = balanced_order([ctx.sampling_of(e).max_new_tokens for e in drawn], world)
+        everything = [drawn[i] for i in order]
+        seeds = [drawn_seeds[i] for i in order]
         stages = [state.stage_of(e) for e in everything]
         texts = [ctx.prompt_of(e, stage) for e, stage in zip(everything, stages, strict=True)]
         share = len(everything) // world
         mine = slice(rank * share, (rank + 1) * share)
-        seeds = [derive_seed(ctx.config.run.seed, "rollout", step, first + i)
-                 for i in range(len(everything))]
         gen = ctx.backend.generate(texts[mine], G,
                                    [ctx.sampling_of(e) for e in everything[mine]], seeds[mine])
     completions = [t for part in distributed.gather_objects(list(gen.texts)) for t in part]
