@@ -549,3 +549,24 @@ def test_derived_seeds_are_stable_and_unrelated() -> None:
     # a fixed value: the same on every machine and Python (BLAKE2b, not `hash`)
     assert derive_seed(0, 1) == int.from_bytes(
         __import__("hashlib").blake2b(b"0\x001", digest_size=8).digest(), "big") >> 1
+
+
+def test_the_stop_check_decodes_only_live_rows_and_only_their_window() -> None:
+    from hargo_hpc.train.rollout.generate import _StopStrings
+
+    decoded: list[list[int]] = []
+
+    def decode(tokens: list[int]) -> str:  # token t is the character chr(ord("a") + t)
+        decoded.append(list(tokens))
+        return "".join(chr(ord("a") + t) for t in tokens)
+
+    check = _StopStrings(("cd",), prompt_length=2, eos_ids=frozenset({25}), decode=decode)
+    assert check.window == 4
+    rows = [[0, 0, 1, 1, 1, 1, 1, 2], [0, 0, 1, 1, 1, 1, 1, 25], [0, 0, 1, 1, 1, 1, 2, 3]]
+    done = check(torch.tensor(rows), None)
+    assert done.tolist() == [False, True, True]  # running; ended by EOS; "cd" in its window
+    assert decoded == [[1, 1, 1, 2], [1, 1, 2, 3]]  # the window only; the EOS row not decoded
+    decoded.clear()
+    grown = torch.tensor([[*row, 4] for row in rows])
+    assert check(grown, None).tolist() == [False, True, True]
+    assert decoded == [[1, 1, 2, 4]]  # the ended rows are never decoded again

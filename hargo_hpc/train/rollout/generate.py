@@ -474,7 +474,9 @@ class _StopStrings(StoppingCriteria):
     """Ends a row early once its recent tokens decode to a text holding a stop string. Only an
     early exit: `finish_completion` decides where the completion ends. The window (the last
     max-bytes-of-a-stop-string + 2 tokens) covers every token of a stop string that just
-    completed, each token being at least one byte."""
+    completed, each token being at least one byte. Only the window's columns leave the device,
+    and a row that has ended (a stop string, or an EOS in its window: `generate` ends it
+    itself) is never decoded again."""
 
     def __init__(self, stop: Sequence[str], prompt_length: int, eos_ids: frozenset[int],
                  decode: Callable[[Sequence[int]], str]) -> None:
@@ -483,14 +485,21 @@ class _StopStrings(StoppingCriteria):
         self.eos_ids = eos_ids
         self.decode = decode
         self.window = max(len(s.encode()) for s in stop) + 2
+        self.ended: list[bool] = []
 
     def __call__(self, input_ids: Tensor, scores: Tensor | None, **kwargs: Any) -> Tensor:
-        done = []
-        for row in input_ids[:, self.prompt_length:].tolist():
-            tail = row[-self.window:]
-            done.append(_has_stop(self.decode([t for t in tail if t not in self.eos_ids]),
-                                  self.stop))
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+        if len(self.ended) != input_ids.shape[0]:
+            self.ended = [False] * input_ids.shape[0]
+        width = min(self.window, input_ids.shape[1] - self.prompt_length)
+        tails = input_ids[:, input_ids.shape[1] - width:].tolist()
+        for i, tail in enumerate(tails):
+            if self.ended[i]:
+                continue
+            if any(t in self.eos_ids for t in tail):
+                self.ended[i] = True
+            else:
+                self.ended[i] = _has_stop(self.decode(tail), self.stop)
+        return torch.tensor(self.ended, dtype=torch.bool, device=input_ids.device)
 
 
 def _eos_ids(model: nn.Module, tokenizer: Any) -> list[int]:
