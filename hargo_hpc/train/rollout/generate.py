@@ -394,8 +394,9 @@ class HFGenerateBackend:
             return None
         ids, mask = prompt_ids[::G, :-1], prompt_mask[::G, :-1]  # rows are repeat_interleaved
         with torch.no_grad():
-            out = self.model(input_ids=ids, attention_mask=mask,
-                             position_ids=position_ids_from_mask(mask), use_cache=True)
+            out = self.model(input_ids=ids, attention_mask=mask,  # the cache is what counts:
+                             position_ids=position_ids_from_mask(mask), use_cache=True,
+                             logits_to_keep=1)  # one position's logits, not [rows, P, V]
         cache = getattr(out, "cache", None)
         if not hasattr(cache, "batch_repeat_interleave"):
             return None
