@@ -93,7 +93,7 @@ def test_parse_value() -> None:
         ("[training]\nzero_stage = 4\n", [], "training.zero_stage: bad value 4"),
         ("[algorithm]\nname = 'ppo'\n", [], "algorithm.name: bad value 'ppo': Input should be"),
         ("[[data.tasks]]\nweight = 1\n", [], "data.tasks.0.name: missing (required)"),
-        ("[data]\ntasks = []\n", [], "data: bad value"),
+        ("[data]\ntasks = []\n", [], "job.toml: data: at least one task is required"),
         ("[slurm.bench]\ntime = '1 hour'\n", [], "slurm.bench.time: bad value '1 hour'"),
         ("", ["training.lrr=1"], "override training.lrr: unknown key 'lrr' in training"),
         ("[training]\nsft_steps = 3\n", [], "'training.sft_steps' is now 'sft.steps'"),
@@ -112,6 +112,8 @@ def test_parse_value() -> None:
         ("", ["algorithm.hargo.max_weight=0.5"], "algorithm.hargo.max_weight: bad value 0.5"),
         ("", ["model.reference_device=sharded"],
          "model.reference_device 'sharded' needs training.zero_stage 3"),
+        ("", ["training.precision=bf16"],
+         "job.toml: training.precision bf16 needs model.dtype 'bfloat16', not 'float32' ("),
     ],
 )
 def test_errors_are_one_line_naming_file_field_value(

@@ -246,6 +246,9 @@ class SlurmSection(_Section):
         return data
 
 
+DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 class ExperimentConfig(_Section):
     run: RunSection = Field(default_factory=RunSection)
     model: ModelSection = Field(default_factory=ModelSection)
@@ -272,6 +275,16 @@ class ExperimentConfig(_Section):
                 self.training.zero_stage != 3 or self.training.deepspeed_config):
             raise ValueError("model.reference_device 'sharded' needs training.zero_stage 3 "
                              "(and no training.deepspeed_config file)")
+        return self
+
+    @model_validator(mode="after")
+    def _precision_and_dtype_agree(self) -> ExperimentConfig:
+        want = DTYPE_OF_PRECISION[self.training.precision]
+        if not self.training.deepspeed_config and self.model.dtype != want:
+            raise ValueError(
+                f"training.precision {self.training.precision} needs model.dtype {want!r}, "
+                f"not {self.model.dtype!r} (weights loaded in one precision and trained in "
+                "another cost a second copy, or lose the master weights)")
         return self
 
     def split_seed(self) -> int:
@@ -431,6 +444,10 @@ def _one_line(err: ValidationError, source: str) -> str:
     if first["type"] == "missing":
         return f"{source}: {field}: missing (required){suffix}"
     value = first.get("input")
+    if first["type"] == "value_error" and isinstance(value, dict):  # a rule across keys
+        message = first["msg"].removeprefix("Value error, ")
+        where = f"{field}: " if loc else ""
+        return f"{source}: {where}{message}{suffix}"
     return f"{source}: {field}: bad value {value!r}: {first['msg']}{suffix}"
 
 

@@ -87,7 +87,12 @@ class TrainingSection(_Section):
         1, ge=1, description="passes over each rollout batch (> 1 makes the PPO clip active)"
     )
     zero_stage: Literal[0, 1, 2, 3] = Field(2, description="DeepSpeed ZeRO stage")
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="training precision")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="training precision; must agree with model.dtype (fp32: float32, "
+        "bf16: bfloat16, fp16: float16)")
+    allow_fp32_on_gpu: bool = Field(
+        False, description="train in fp32 where a GPU is visible (refused otherwise: bf16 "
+        "halves the memory)")
     grad_clip: float = Field(1.0, ge=0, description="gradient norm clip; 0 = none")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (matrices only)")
     warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear LR warmup")

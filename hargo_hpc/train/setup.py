@@ -156,6 +156,9 @@ def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_st
     from hargo_hpc.train.backend.engine import EngineError, build_engine
 
     t = config.training
+    refusal = fp32_on_a_gpu(t.precision, distributed.visible_devices(), t.allow_fp32_on_gpu)
+    if refusal:
+        raise TrainError(refusal)
     schedule: dict[str, Any] = (
         {"lr": config.sft.lr, "warmup_steps": 0, "lr_schedule": "constant"} if sft_only else
         {"lr": t.lr, "warmup_steps": t.warmup_steps, "lr_schedule": t.lr_schedule,
@@ -171,6 +174,15 @@ def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_st
         )
     except EngineError as err:
         raise TrainError(str(err)) from None
+
+
+def fp32_on_a_gpu(precision: str, gpus: int, allowed: bool) -> str | None:
+    """The one-line refusal of fp32 training where a GPU is visible (twice bf16's memory for
+    weights, gradients and activations, and far slower), unless `allowed`; None otherwise."""
+    if precision != "fp32" or gpus == 0 or allowed:
+        return None
+    return ('training.precision is fp32 on a GPU: set training.precision = "bf16" and '
+            'model.dtype = "bfloat16" (or training.allow_fp32_on_gpu = true to mean it)')
 
 
 def place_reference(config: ExperimentConfig, reference: Any, device: Any) -> Any:

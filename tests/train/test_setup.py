@@ -26,3 +26,13 @@ def test_one_prompt_without_an_answer_is_refused_before_training() -> None:
     assert str(err.value) == ("algorithm sft trains on reference answers; task plp_qa has no "
                               "SFT corpus and 2 of its 3 training examples have no answer "
                               "(first: plp_qa:1)")
+
+
+def test_fp32_on_a_gpu_is_refused_unless_meant() -> None:
+    from hargo_hpc.train.setup import fp32_on_a_gpu
+
+    said = fp32_on_a_gpu("fp32", 8, allowed=False)
+    assert said is not None and "\n" not in said and 'training.precision = "bf16"' in said
+    assert fp32_on_a_gpu("fp32", 8, allowed=True) is None
+    assert fp32_on_a_gpu("fp32", 0, allowed=False) is None  # the CPU: fp32 is the default
+    assert fp32_on_a_gpu("bf16", 8, allowed=False) is None
