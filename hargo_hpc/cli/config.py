@@ -35,7 +35,7 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
     from hargo_hpc.algorithms.presets import resolve_algorithm
     from hargo_hpc.config import expand_sweep
     from hargo_hpc.config.training import check_batch_shape
-    from hargo_hpc.slurm.submission import check_ranks
+    from hargo_hpc.slurm.submission import check_memory, check_ranks
 
     points = expand_sweep(cfg, job)
     for label, point, _ in points:
@@ -44,8 +44,37 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
             resolve_algorithm(point.algorithm)
             check_batch_shape(point.rollout, point.training)  # one rank (hargo train)
         check_ranks(point, where)  # the ranks of [slurm.train] (hargo submit)
+        check_memory(point, where)  # slurm.train.gpu_memory_gib, when set
     runs = f", {len(points)} sweep runs" if cfg.sweep else ""
     click.echo(f"ok: {job} (run {cfg.run.name}, algorithm {cfg.algorithm.name}{runs})")
+
+
+@config.command("check", context_settings=CONTEXT)
+@click.argument("job", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+def config_check(job: str, overrides: tuple[str, ...]) -> None:
+    """Print the training job's estimated memory a GPU, by component and phase, for JOB's
+    model, ZeRO stage, ranks, precision and batch (docs/cluster.md, "6. Memory"); exit 1 when
+    it exceeds slurm.train.gpu_memory_gib.
+
+    Reads the model's config.json (or the tiny / smollm2 shapes), never its weights.
+    """
+    cfg = load(job, overrides)
+    from hargo_hpc.algorithms.presets import resolve_algorithm
+    from hargo_hpc.train.memory import architecture_of, fit_refusal, memory_plan, plan_lines
+
+    with one_line(ValueError, prefix=f"{job}: "):
+        arch = architecture_of(cfg.model.path)
+        plan = memory_plan(cfg, arch, resolve_algorithm(cfg.algorithm).needs_reference)
+    for line in plan_lines(plan, arch):
+        click.echo(line)
+    refusal = fit_refusal(plan, cfg.slurm.train.gpu_memory_gib)
+    if refusal:
+        click.echo(f"error: {job}: {refusal}", err=True)
+        raise SystemExit(1)
+    limit = cfg.slurm.train.gpu_memory_gib
+    click.echo(f"fits slurm.train.gpu_memory_gib = {limit:g}" if limit else
+               "set slurm.train.gpu_memory_gib to have hargo submit check it")
 
 
 def load(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:

@@ -211,6 +211,10 @@ class JobResources(_Section):
         3, ge=0, description="how often a training or SFT task requeues itself after its time "
         "limit (each time from its latest checkpoint)",
     )
+    gpu_memory_gib: float | None = Field(
+        None, gt=0, description="memory of one GPU of the partition (e.g. 79 for an 80 GB "
+        "H100): `hargo submit` refuses a training job whose estimated peak exceeds it "
+        "(`hargo config check` prints the estimate); unset = not checked")
     account: str = ""
     qos: str = ""
     constraint: str = ""

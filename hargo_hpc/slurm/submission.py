@@ -131,7 +131,9 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
             raise ConfigError(f"{source}: slurm.{kind}.signal_lead_s ({res.signal_lead_s} s) "
                               f"must be shorter than its time limit ({res.time})")
     for label, point, _ in points:
-        check_ranks(point, f"{source}" + (f" (sweep point {label})" if label else ""))
+        where = f"{source}" + (f" (sweep point {label})" if label else "")
+        check_ranks(point, where)
+        check_memory(point, where)
     remote = any(get_task(spec.name).remote for spec in config.data.tasks)
     handoff_dir = root / HANDOFF if remote else None
     runs = []
@@ -213,6 +215,25 @@ def check_ranks(config: ExperimentConfig, where: str) -> None:
     except ValueError as err:
         raise ConfigError(f"{where}: with slurm.train's {ranks} rank(s) ({res.nodes} node(s) x "
                           f"{res.ntasks_per_node} task(s)): {err}") from None
+
+
+def check_memory(config: ExperimentConfig, where: str) -> None:
+    """ConfigError (one line) when slurm.train.gpu_memory_gib is set and the training job's
+    estimated peak a GPU exceeds it (`train.memory`); nothing when it is not set."""
+    limit = config.slurm.train.gpu_memory_gib
+    if not limit:
+        return
+    from hargo_hpc.algorithms.presets import resolve_algorithm
+    from hargo_hpc.train.memory import MemoryPlanError, architecture_of, fit_refusal, memory_plan
+
+    try:
+        arch = architecture_of(config.model.path)
+    except MemoryPlanError as err:
+        raise ConfigError(f"{where}: slurm.train.gpu_memory_gib is set, but {err}") from None
+    needs_reference = resolve_algorithm(config.algorithm).needs_reference
+    refusal = fit_refusal(memory_plan(config, arch, needs_reference), limit)
+    if refusal:
+        raise ConfigError(f"{where}: {refusal}")
 
 
 # Sections an SFT warm start does not read: sweep points that differ only there share one SFT.

@@ -1,0 +1,133 @@
+"""The memory plan: the parameter count against the model transformers builds, each component
+against its formula by hand, the shipped large-model jobs fitting an 80 GB GPU with the
+settings they carry (and not without), one line refusing a job that cannot fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from hargo_hpc.cli import main
+from hargo_hpc.config import ConfigError, load_config
+from hargo_hpc.slurm.submission import check_memory
+from hargo_hpc.train.memory import (
+    GIB,
+    MemoryPlanError,
+    architecture_from,
+    architecture_of,
+    fit_refusal,
+    memory_plan,
+)
+
+JOBS = Path(__file__).resolve().parents[2] / "hargo_hpc" / "examples" / "jobs"
+# The published shapes of the models the shipped jobs are written for (their config.json)
+QWEN_7B = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+           "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+           "vocab_size": 152064, "tie_word_embeddings": False}
+QWEN_14B = {"model_type": "qwen2", "hidden_size": 5120, "intermediate_size": 13824,
+            "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+            "vocab_size": 152064, "tie_word_embeddings": False}
+
+
+def model_dir(tmp_path: Path, shape: dict, name: str) -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(shape))
+    return directory
+
+
+def built_params(shape: dict) -> int:
+    """The parameter count of the model transformers builds from `shape` (on the meta device:
+    no memory)."""
+    config = AutoConfig.for_model(**shape)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_the_parameter_count_is_the_built_models() -> None:
+    smollm2 = {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
+               "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+               "vocab_size": 49152, "tie_word_embeddings": True}
+    assert architecture_from(smollm2).params == built_params(smollm2)  # Llama: exact
+    assert architecture_of("smollm2").params == built_params(smollm2)
+    for shape in (QWEN_7B, QWEN_14B):  # Qwen2's q, k, v biases are left out: < 0.1 %
+        built = built_params(shape)
+        assert abs(architecture_from(shape).params - built) / built < 1e-3
+
+
+def test_each_component_is_its_formula(tmp_path: Path) -> None:
+    config = load_config(JOBS / "tiny.toml", [
+        "training.zero_stage=2", "training.micro_batch_size=2", "rollout.prompts_per_step=4",
+        "rollout.num_generations=2", "rollout.max_new_tokens=16",
+        'data.tasks=[{name="plp_qa"}]', "model.max_prompt_tokens=48"])
+    arch = architecture_of("tiny")
+    n, b, h, L, V = arch.params, 4, 64, 2, 1000
+    k, d, i = 2, 16, 128
+    plan = {c.name: c.bytes for c in memory_plan(config, arch, needs_reference=True).components}
+    tokens = 48 + 16
+    assert plan["weights"] == n * b
+    assert plan["optimizer"] == 8 * n  # fp32: no separate master copy
+    assert plan["gradients"] == n * b / 1
+    assert plan["reference"] == n * b
+    assert plan["gathered weights"] == 0
+    assert plan["KV cache"] == 2 * L * k * d * tokens * 8 * b
+    assert plan["activations"] == 2 * tokens * L * b * (6 * h + 2 * k * d + 4 * i)
+    assert plan["logits"] == 2 * 16 * V * (b + 8)
+    no_ref = memory_plan(config, arch, needs_reference=False)
+    assert {c.name: c.bytes for c in no_ref.components}["reference"] == 0
+
+
+@pytest.mark.parametrize(("job", "shape"), [("hpcgpt_mix", QWEN_7B), ("gemm_sqd", QWEN_14B)])
+def test_the_shipped_large_jobs_fit_80_gb_with_their_settings(
+        tmp_path: Path, job: str, shape: dict) -> None:
+    path = model_dir(tmp_path, shape, job)
+    fits = load_config(JOBS / f"{job}.toml", [f"model.path={path}",
+                                             "slurm.train.gpu_memory_gib=79"])
+    assert fits.model.gradient_checkpointing and fits.model.reference_device == "sharded"
+    assert fits.training.precision == "bf16" and fits.training.zero_stage == 3
+    check_memory(fits, job)  # no refusal
+    without = load_config(JOBS / f"{job}.toml", [
+        f"model.path={path}", "slurm.train.gpu_memory_gib=79",
+        "model.gradient_checkpointing=false", "model.reference_device=policy"])
+    with pytest.raises(ConfigError, match=r"over slurm\.train\.gpu_memory_gib = 79") as refused:
+        check_memory(without, job)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_job_that_cannot_fit_is_refused_in_one_line_naming_what_would_help(
+        tmp_path: Path) -> None:
+    path = model_dir(tmp_path, QWEN_14B, "q14")
+    config = load_config(JOBS / "gemm_sqd.toml", [
+        f"model.path={path}", "model.gradient_checkpointing=false"])
+    plan = memory_plan(config, architecture_of(str(path)), needs_reference=True)
+    assert plan.biggest.name == "activations" and plan.peak_phase == "update"
+    said = fit_refusal(plan, 79)
+    assert said is not None and "\n" not in said
+    assert "the biggest part is activations" in said
+    assert "model.gradient_checkpointing = true" in said
+    assert fit_refusal(plan, plan.peak / GIB + 1) is None and fit_refusal(plan, None) is None
+
+    runner = CliRunner()
+    done = runner.invoke(main, ["config", "check", str(JOBS / "gemm_sqd.toml"),
+                                f"model.path={path}", "model.gradient_checkpointing=false",
+                                "slurm.train.gpu_memory_gib=79"])
+    assert done.exit_code == 1
+    assert "activations       update" in done.output and "peak:" in done.output
+    assert "error:" in done.output and "over slurm.train.gpu_memory_gib = 79" in done.output
+
+
+def test_a_model_without_a_readable_shape_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(MemoryPlanError, match="cannot read the model's shape from"):
+        architecture_of(str(tmp_path / "nowhere"))
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(MemoryPlanError, match="is not JSON"):
+        architecture_of(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(MemoryPlanError, match="no usable 'hidden_size'"):
+        architecture_of(str(tmp_path))
