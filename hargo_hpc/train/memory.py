@@ -84,10 +84,13 @@ def architecture_of(path: str) -> Architecture:
         raise MemoryPlanError(f"{file} is not JSON: {err.msg} (line {err.lineno})") from None
 
 
+PHASES = ("generation", "update", "step")  # sampling, forward and backward, optimizer step
+
+
 @dataclass(frozen=True)
 class Component:
     name: str
-    phase: str  # "always", "generation" or "update"
+    phase: str  # "always", or one of PHASES
     bytes: float
     fix: str  # the setting that shrinks it
 
@@ -102,12 +105,12 @@ class MemoryPlan:
 
     @property
     def peak(self) -> float:
-        """Bytes per device at the larger of the two phases (resident state included)."""
-        return max(self.phase_total("generation"), self.phase_total("update"))
+        """Bytes per device in the largest phase (resident state included)."""
+        return max(self.phase_total(phase) for phase in PHASES)
 
     @property
     def peak_phase(self) -> str:
-        return max(("generation", "update"), key=self.phase_total)
+        return max(PHASES, key=self.phase_total)
 
     @property
     def biggest(self) -> Component:
@@ -135,7 +138,8 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
     Transformer Models", adapted to SwiGLU and grouped-query attention), with it
     m·(S_p + S_c)·b·(L·h + 6h + 2K·d + 4i) (each layer's input, one layer recomputed); and
     the completion's logits m·S_c·V·(b + 8) (the model's, their fp32 copy kept for the
-    log-softmax's backward, its gradient)."""
+    log-softmax's backward, its gradient); step: torch's AdamW (foreach) holds two fp32
+    temporaries the size of its parameters, 8·N, / W for z ≥ 1."""
     t, r, model = config.training, config.rollout, config.model
     res = config.slurm.train
     ranks = res.nodes * res.ntasks_per_node
@@ -173,6 +177,9 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
                   "model.gradient_checkpointing = true, or a smaller training.micro_batch_size"),
         Component("logits", "update", m * completion * V * (b + 8),
                   "a smaller training.micro_batch_size"),
+        Component("optimizer step", "step",
+                  0.0 if t.offload_optimizer else 8 * n / (ranks if z >= 1 else 1),
+                  "training.zero_stage >= 1, or training.offload_optimizer = true"),
     ]
     return MemoryPlan(ranks, tuple(components))
 

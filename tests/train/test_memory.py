@@ -131,3 +131,48 @@ def test_a_model_without_a_readable_shape_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(MemoryPlanError, match="no usable 'hidden_size'"):
         architecture_of(str(tmp_path))
+
+
+def measured_peak(model_name: str, rows: int, prompt: int, completion: int) -> float:
+    """Bytes at the peak of one update as the plan models it (one rank, no ZeRO, fp32): the
+    policy and the reference in memory, log-probs of `rows` completions under autograd,
+    backward, an AdamW step. What the step allocates is read from torch's profiler (every
+    tensor allocation and free, in order), the models' weights counted as they are."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from hargo_hpc.train.model.logprobs import token_logprobs
+    from hargo_hpc.train.model.models import load_policy, load_reference
+
+    torch.manual_seed(0)
+    policy, _ = load_policy(model_name, dtype="float32")
+    reference = load_reference(model_name, dtype="float32")
+    policy.train()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5)
+    ids = torch.randint(0, policy.config.vocab_size, (rows, prompt + completion))
+    mask = torch.ones_like(ids)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        logprobs = token_logprobs(policy, ids, mask, prompt, rows, grad=True)
+        (-logprobs.mean()).backward()
+        optimizer.step()
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.end):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    weights = sum(p.numel() * p.element_size()
+                  for model in (policy, reference) for p in model.parameters())
+    return float(weights + peak)
+
+
+@pytest.mark.parametrize(("model", "rows", "prompt", "completion"), [
+    ("tiny", 2, 48, 16),
+    pytest.param("smollm2", 2, 64, 128, marks=pytest.mark.slow),
+])
+def test_the_estimate_is_within_a_quarter_of_the_measured_peak(
+        model: str, rows: int, prompt: int, completion: int) -> None:
+    config = load_config(JOBS / "tiny.toml", [
+        f"model.path={model}", "training.zero_stage=0", f"training.micro_batch_size={rows}",
+        f"model.max_prompt_tokens={prompt}", f"rollout.max_new_tokens={completion}",
+        f'data.tasks=[{{name="plp_qa", max_new_tokens={completion}}}]'])
+    plan = memory_plan(config, architecture_of(model), needs_reference=True)
+    measured = measured_peak(model, rows, prompt, completion)
+    assert abs(plan.peak - measured) / measured <= 0.25, (plan.peak, measured)
