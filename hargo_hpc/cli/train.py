@@ -78,6 +78,7 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     early_stop.catch()  # a stop while torch loads: remembered (train.early_stop)
     cfg = _config(job, overrides)
     from hargo_hpc.train import loop
+    from hargo_hpc.train.deadline import REASON as DEADLINE_REASON
 
     steps, every = cfg.training.steps, cfg.training.log_every
     with _quiet_stdout() as echo:
@@ -94,7 +95,8 @@ def train(job: str, overrides: tuple[str, ...], resume: bool) -> None:
     if result.interrupted:
         again = " ".join(["hargo", "train", job, *overrides, "--resume"])
         click.echo(f"stopped at step {result.step}; continue with: {again}")
-        sys.exit(loop.EXIT_REQUEUE)
+        sys.exit(loop.EXIT_DEADLINE if result.stopped_by == DEADLINE_REASON
+                 else loop.EXIT_REQUEUE)
     click.echo(f"export: {result.export}")
 
 

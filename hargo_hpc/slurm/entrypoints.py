@@ -27,6 +27,7 @@ import submitit
 from hargo_hpc.errors import HargoError
 
 EXIT_REQUEUE = 75  # the trainer's exit status after a stop with a checkpoint (train.run)
+EXIT_DEADLINE = 76  # the same, stopped by itself before its job's end (train.deadline)
 RELEASE_S = 20.0  # how long a stopped command may take to let go before SIGKILL
 STOP_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM})  # the trainer's
 MARGIN_S = 10.0  # of the signal's lead, kept for submitit's requeue and exit
@@ -159,13 +160,27 @@ class Resumable(HargoCommand, submitit.helpers.Checkpointable):
                     if stopped else f"exited {status}")
             print(f"hargo: stopped for requeue after {time.monotonic() - started:.0f} s: "
                   f"{said}", flush=True)
-            if self.checkpointed and status not in (EXIT_REQUEUE, 0) and not stopped:
+            if self.checkpointed and status not in (EXIT_REQUEUE, EXIT_DEADLINE, 0) \
+                    and not stopped:
                 raise CommandFailed(f"{' '.join(self.command())} exited with status {status} "
                                     "while stopping for a requeue")
         # exit 0 (it finished meanwhile): the requeued task's --resume ends at once
         return submitit.helpers.DelayedSubmission(type(self)(self.argv, self.env, self.lead_s))
 
     def finished(self, status: int) -> int:
+        if status == EXIT_DEADLINE and global_rank() == 0 and self.checkpointed is None:
+            # stopped by itself before the job's end (its measured save outlasts the signal's
+            # lead): requeue as submitit does on its own signal, through its handler
+            handler = signal.getsignal(signal.SIGUSR2)
+            if callable(handler):
+                print("hargo: stopped before the time limit, checkpoint written; requeueing",
+                      flush=True)
+                signal.raise_signal(signal.SIGUSR2)
+                return status  # the handler requeues and exits; not reached under submitit
+            raise CommandFailed(f"{' '.join(self.command())} stopped before its time limit; "
+                                "nothing here requeues it: continue with --resume")
+        if status == EXIT_DEADLINE:
+            return status  # ranks >= 1 stop with rank 0, whose task requeues the job
         if status == EXIT_REQUEUE and (self.checkpointed is not None or global_rank() != 0):
             # stopped for submitit's requeue: rank 0's handler requeues the task; the other
             # ranks' commands stop with it (the ranks agree to stop) and must not fail it

@@ -32,8 +32,11 @@ from hargo_hpc.tasks.split import MixtureSampler
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.deadline import REASON as DEADLINE_REASON
+from hargo_hpc.train.deadline import Deadline
 from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
+    EXIT_DEADLINE,
     EXIT_REQUEUE,
     Data,
     DiscardWriter,
@@ -67,7 +70,7 @@ if TYPE_CHECKING:
     from hargo_hpc.train.rollout.local_workers import LocalWorkers
 
 # the entry points (the CLI, evaluation, tests); one step is train.step, the set-up train.setup
-__all__ = ["EXIT_REQUEUE", "TrainError", "TrainResult", "export_model", "sft_run",
+__all__ = ["EXIT_DEADLINE", "EXIT_REQUEUE", "TrainError", "TrainResult", "export_model", "sft_run",
            "sft_sample_texts", "train"]
 
 
@@ -118,24 +121,25 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                 ctx, data, paths.sft.metrics, config.sft.steps, stop, log):
             return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)
         in_flight = _in_flight(ctx, state, data, checkpoint)  # a step saved in flight
-        step_s = 0.0  # the last step's time: with a save, what a stop signal's lead must cover
+        step_s = save_s = 0.0  # the last step's and save's times: what a stop must cover
         advise = bool(os.environ.get("SLURM_JOB_ID"))  # once, in a Slurm job
+        deadline = Deadline.of_job(config.slurm.train.signal_lead_s) if main else None
 
         def save(loop_state: dict[str, Any] | None = None) -> Path:
             """Checkpoint the steps done (and a step in flight); keep the newest
             `save_total_limit`; say when a step and a save outlast the time-limit signal's
             lead."""
-            nonlocal advise
+            nonlocal advise, save_s
             started = time.monotonic()
             path = ctx.engine.save_checkpoint(paths.checkpoints, f"step_{state.step:06d}",
                                               state.trainer_state(config_hash).to_dict(),
                                               loop_state)
+            save_s = time.monotonic() - started
             if main:
                 for name in ckpt.prune(paths.checkpoints, t.save_total_limit):
                     log(f"checkpoint {name} removed (training.save_total_limit "
                         f"{t.save_total_limit})")
-                advice = lead_advice(time.monotonic() - started, step_s,
-                                     config.slurm.train.signal_lead_s)
+                advice = lead_advice(save_s, step_s, config.slurm.train.signal_lead_s)
                 if advise and advice is not None:
                     log(advice)
                     advise = False
@@ -147,7 +151,7 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
             log(f"{stop.requested}: stopped in step {rollout.step}; checkpoint {saved} "
                 "written; continue with --resume")
             return TrainResult(paths.root, paths.metrics, state.step, saved, None,
-                               interrupted=True)
+                               interrupted=True, stopped_by=stop.requested)
 
         for step in range(state.step + 1, t.steps + 1):
             rollout = in_flight if in_flight is not None else start_step(ctx, state, step)
@@ -166,13 +170,16 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                 m.write_rollouts(paths.rollouts(step), rows)
             if on_step is not None and main:
                 on_step(record)
+            if deadline is not None and stop.requested is None and \
+                    deadline.reached(step_s, save_s):  # before the job's end, on its own
+                stop.requested = DEADLINE_REASON
             stopping = _agreed(stop, env)  # one decision for the step's end, every rank
             if (t.save_every and step % t.save_every == 0) or stopping:
                 saved = save(None if in_flight is None else in_flight.state_dict())
             if stopping:
-                log(f"{stop.requested}: checkpoint {saved} written; continue with --resume")
+                log(f"{stopping}: checkpoint {saved} written; continue with --resume")
                 return TrainResult(paths.root, paths.metrics, step, saved, None,
-                                   interrupted=True)
+                                   interrupted=True, stopped_by=stopping)
         state.step = max(state.step, t.steps)
         if saved is None or saved.name != f"step_{state.step:06d}":
             saved = save()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from hargo_hpc.train.rollout.rewards import RewardRouter
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
+EXIT_DEADLINE = 76  # stopped by itself before its Slurm job's end, after a checkpoint; requeue
 
 Log = Callable[[str], object]
 
@@ -55,6 +56,7 @@ class TrainResult:
     export: Path | None
     interrupted: bool = False
     already_finished: bool = False
+    stopped_by: str | None = None  # what stopped an interrupted run (a signal, the deadline)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from hargo_hpc.slurm.entrypoints import EXIT_REQUEUE, CommandFailed, HargoCommand, Resumable
+from hargo_hpc.slurm.entrypoints import (
+    EXIT_DEADLINE,
+    EXIT_REQUEUE,
+    CommandFailed,
+    HargoCommand,
+    Resumable,
+)
 
 TRAINER_DOUBLE = """
 import signal, sys, time
@@ -143,3 +149,35 @@ def test_the_other_ranks_stop_for_the_requeue_without_failing(
     monkeypatch.setenv("SLURM_PROCID", "0")  # on rank 0, without submitit's signal: not ours
     with pytest.raises(CommandFailed, match="a signal not from submitit"):
         entry()
+
+
+def test_a_command_that_stops_before_its_time_limit_is_requeued_by_submitits_handler(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer stops by itself (exit 76: its measured save outlasts the signal's lead):
+    rank 0 hands the requeue to the handler submitit installed for its own signal, which
+    checkpoints (nothing left to stop) and requeues the same task."""
+    entry = Resumable([sys.executable, "-c", f"raise SystemExit({EXIT_DEADLINE})"], lead_s=30)
+    got: dict[str, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        got["again"] = entry.checkpoint()
+        raise Requeued
+
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    old = signal.signal(signal.SIGUSR2, handler)
+    try:
+        with pytest.raises(Requeued):
+            entry()
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert isinstance(got["again"].function, Resumable)
+    assert entry.checkpointed is None  # the command had ended: nothing was stopped
+    monkeypatch.setenv("SLURM_PROCID", "1")  # the other ranks stop with rank 0
+    assert entry() == EXIT_DEADLINE
+    monkeypatch.setenv("SLURM_PROCID", "0")  # no handler: nothing here requeues it
+    old = signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    try:
+        with pytest.raises(CommandFailed, match="stopped before its time limit"):
+            entry()
+    finally:
+        signal.signal(signal.SIGUSR2, old)
