@@ -58,6 +58,9 @@ class RolloutSection(_Section):
     num_generations: int = Field(4, ge=1, description="G, completions per prompt")
     prompts_per_step: int = Field(4, ge=1, description="prompts drawn per RL step")
     max_new_tokens: int = Field(64, gt=0, description="generation limit per completion")
+    balance_ranks: bool = Field(
+        True, description="share a step's prompts over the ranks so that each generates about "
+        "as many tokens (by task budget); false: contiguous in the draw's order")
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
     stop: list[str] = Field(

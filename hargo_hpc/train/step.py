@@ -67,7 +67,8 @@ def start_step(ctx: RunContext, state: LoopState, step: int, prompts: int | None
         # each prompt keeps the seed of its place in the draw; the ranks' shares balance work
         drawn_seeds = [derive_seed(ctx.config.run.seed, "rollout", step, first + i)
                        for i in range(len(drawn))]
-        order = balanced_order([ctx.sampling_of(e).max_new_tokens for e in drawn], world)
+        order = (balanced_order([ctx.sampling_of(e).max_new_tokens for e in drawn], world)
+                 if ctx.config.rollout.balance_ranks else list(range(len(drawn))))
         everything = [drawn[i] for i in order]
         seeds = [drawn_seeds[i] for i in order]
         stages = [state.stage_of(e) for e in everything]
