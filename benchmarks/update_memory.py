@@ -1,14 +1,15 @@
 """Peak host memory of one update pass (forward, log-probs and entropy, backward) on the CPU:
-the package's `token_logprobs_and_entropy`, whose logged entropy keeps no graph, against the
-same pass with the entropy computed under autograd (how the update did it before issue Y), on
-the same model and batch.
+the package's `token_logprobs_and_entropy` (log-probs a row at a time with no float32 copy of
+the logits kept for backward, the logged entropy without a graph) against the pass as it was
+before issue Y (the logits' float32 copy, the log-softmax and the entropy's softmax all under
+autograd), on the same model and batch.
 
 Each measurement is a fresh process (its peak resident set, `ru_maxrss`, less its resident set
 just before the pass), the two sides interleaved and repeated; the script prints each side's
 median and range and the ratio of the medians (after / before).
 
-Run: .venv/bin/python benchmarks/update_memory.py [--model smollm2] [--rows 4]
-     [--prompt 64] [--completion 256] [--repeats 3]
+Run: .venv/bin/python benchmarks/update_memory.py [--model smollm2] [--dtype bfloat16]
+     [--rows 4] [--prompt 64] [--completion 256] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 
-def measure(model_name: str, rows: int, prompt: int, completion: int, side: str) -> float:
+def measure(model_name: str, dtype: str, rows: int, prompt: int, completion: int,
+            side: str) -> float:
     """(In the child.) MiB the pass added to the process's peak resident set."""
     import torch
 
@@ -32,13 +34,13 @@ def measure(model_name: str, rows: int, prompt: int, completion: int, side: str)
     from hargo_hpc.train.model.models import load_policy
 
     torch.manual_seed(0)
-    model, _ = load_policy(model_name, dtype="float32")
+    model, _ = load_policy(model_name, dtype=dtype)
     model.train()
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (rows, prompt + completion))
     mask = torch.ones_like(ids)
     if side == "before":
-        logprobs._chunk = _entropy_with_graph(logprobs)  # the earlier pass, for comparison
+        logprobs._chunk = _as_before_issue_y(logprobs)  # the earlier pass, for comparison
     base = _rss_mib()
     lp, ent = logprobs.token_logprobs_and_entropy(model, ids, mask, prompt, rows, grad=True)
     loss = -lp.mean() + 0.0 * float(ent.mean())  # the entropy is logged, never differentiated
@@ -52,7 +54,7 @@ def _rss_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _entropy_with_graph(logprobs: Any) -> Callable[..., Any]:
+def _as_before_issue_y(logprobs: Any) -> Callable[..., Any]:
     """`logprobs._chunk` as it was before issue Y: the entropy under autograd, so backward
     keeps the [rows, T, V] softmax."""
     import torch
@@ -77,28 +79,33 @@ def _entropy_with_graph(logprobs: Any) -> Callable[..., Any]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="tiny, smollm2 or a directory")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--rows", type=int, default=4)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--completion", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache"),
+                        help="XDG cache directory for the models (default: yours)")
     parser.add_argument("--child", choices=("before", "after"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.model, args.rows, args.prompt, args.completion,
-                                 args.child)))
+        print(json.dumps(measure(args.model, args.dtype, args.rows, args.prompt,
+                                 args.completion, args.child)))
         return 0
     found: dict[str, list[float]] = {"before": [], "after": []}
     for _ in range(args.repeats):
         for side in found:  # interleaved
             done = subprocess.run(
                 [sys.executable, __file__, "--child", side, "--model", args.model,
+                 "--dtype", args.dtype,
                  "--rows", str(args.rows), "--prompt", str(args.prompt),
                  "--completion", str(args.completion)],
                 capture_output=True, text=True, check=True,
-                env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+                env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+                     "XDG_CACHE_HOME": args.cache})
             found[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"one update pass, {args.model}, {args.rows} rows x ({args.prompt} prompt + "
-          f"{args.completion} completion) tokens, fp32, {args.repeats} runs a side:")
+          f"{args.completion} completion) tokens, {args.dtype}, {args.repeats} runs a side:")
     for side, values in found.items():
         print(f"  {side:<6} peak +{statistics.median(values):.0f} MiB "
               f"(range {min(values):.0f}-{max(values):.0f})")

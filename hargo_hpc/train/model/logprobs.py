@@ -10,6 +10,7 @@ the formulas and the choices (temperature, left padding, micro-batches) are in d
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -127,18 +128,53 @@ def _chunk(
         logits_to_keep=completion_length + 1,
     )
     # The last T+1 positions are P−1 … L−1; the logits at L−1 score a token past the end.
-    logits = out.logits[:, -(completion_length + 1):-1, :].float()
-    if temperature != 1.0:
-        logits = logits / temperature
+    logits = out.logits[:, -(completion_length + 1):-1, :]
     targets = input_ids[:, completion_start:].long()
-    log_norm = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
+    logprobs = TakenLogprobs.apply(logits, targets, temperature)
     keep = attention_mask[:, completion_start:].bool()
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     logprobs = torch.where(keep, logprobs, zero)
     if not entropy:
         return logprobs, None
-    with torch.no_grad():  # logged, never differentiated: no graph holds a [rows, T, V] softmax
-        detached = logits.detach()
-        ent = log_norm.detach() - (torch.softmax(detached, dim=-1) * detached).sum(dim=-1)
+    with torch.no_grad():  # logged, never differentiated; a row at a time in fp32
+        ent = torch.stack([_entropy(row.float() / temperature) for row in logits.detach()])
     return logprobs, torch.where(keep, ent, zero)
+
+
+def _entropy(z: Tensor) -> Tensor:
+    """H = logsumexp(z) − Σ_v softmax(z)_v · z_v over the last dimension."""
+    return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+
+
+class TakenLogprobs(torch.autograd.Function):
+    """log_softmax(z / τ)[target] of each position, computed a row at a time in fp32 (fp64
+    logits stay fp64) and kept
+    for backward as the logits themselves (in the model's dtype) and the [B, T] log-normaliser:
+    no fp32 copy of the [B, T, V] logits and no softmax lives through the backward. Backward:
+    ∂/∂z_v = (1[v = target] − softmax(z / τ)_v) / τ, times the incoming gradient (the
+    derivative of a log-softmax), rebuilt a row at a time."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, targets: Tensor, temperature: float) -> Tensor:
+        work = torch.promote_types(logits.dtype, torch.float32)  # fp32, or fp64 as given
+        taken = torch.empty(logits.shape[:2], dtype=work, device=logits.device)
+        log_norm = torch.empty_like(taken)
+        for row in range(logits.shape[0]):
+            z = logits[row].to(work) / temperature
+            log_norm[row] = torch.logsumexp(z, dim=-1)
+            taken[row] = z.gather(-1, targets[row].unsqueeze(-1)).squeeze(-1) - log_norm[row]
+        ctx.save_for_backward(logits, targets, log_norm)
+        ctx.temperature = temperature
+        return taken
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        logits, targets, log_norm = ctx.saved_tensors
+        tau = ctx.temperature
+        grad_logits = torch.empty_like(logits)
+        for row in range(logits.shape[0]):
+            probs = torch.exp(logits[row].to(log_norm.dtype) / tau - log_norm[row].unsqueeze(-1))
+            g = probs.mul_(-grad[row].unsqueeze(-1))
+            g.scatter_add_(-1, targets[row].unsqueeze(-1), grad[row].unsqueeze(-1))
+            grad_logits[row] = g.div_(tau)
+        return grad_logits, None, None
