@@ -137,8 +137,9 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
     S² term; after Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
     Transformer Models", adapted to SwiGLU and grouped-query attention), with it
     m·(S_p + S_c)·b·(L·h + 6h + 2K·d + 4i) (each layer's input, one layer recomputed); and
-    the completion's logits m·S_c·V·(b + 8) (the model's, their fp32 copy kept for the
-    log-softmax's backward, its gradient); step: torch's AdamW (foreach) holds two fp32
+    the completion's logits 2·m·S_c·V·b + 8·S_c·V (the model's, kept for the log-softmax's
+    backward, and their gradient; one row's fp32 logits and softmax at a time:
+    `logprobs.TakenLogprobs`); step: torch's AdamW (foreach) holds two fp32
     temporaries the size of its parameters, 8·N, / W for z ≥ 1."""
     t, r, model = config.training, config.rollout, config.model
     res = config.slurm.train
@@ -175,7 +176,7 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
                   "rollout.prompts_per_step, or more ranks"),
         Component("activations", "update", activations,
                   "model.gradient_checkpointing = true, or a smaller training.micro_batch_size"),
-        Component("logits", "update", m * completion * V * (b + 8),
+        Component("logits", "update", 2 * m * completion * V * b + 8 * completion * V,
                   "a smaller training.micro_batch_size"),
         Component("optimizer step", "step",
                   0.0 if t.offload_optimizer else 8 * n / (ranks if z >= 1 else 1),

@@ -78,7 +78,7 @@ def test_each_component_is_its_formula(tmp_path: Path) -> None:
     assert plan["gathered weights"] == 0
     assert plan["KV cache"] == 2 * L * k * d * tokens * 8 * b
     assert plan["activations"] == 2 * tokens * L * b * (6 * h + 2 * k * d + 4 * i)
-    assert plan["logits"] == 2 * 16 * V * (b + 8)
+    assert plan["logits"] == 2 * 2 * 16 * V * b + 8 * 16 * V
     no_ref = memory_plan(config, arch, needs_reference=False)
     assert {c.name: c.bytes for c in no_ref.components}["reference"] == 0
 
