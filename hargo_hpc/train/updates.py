@@ -69,6 +69,42 @@ class UpdateBatch:
     examples: list[Example]  # the step's prompts (one per group)
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """A micro-batch's rows of an UpdateBatch, cut after their longest completion."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    loss_mask: Tensor
+    advantages: Tensor
+    weights: Tensor | None
+    old: Tensor | None
+    ref: Tensor | None
+
+
+def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
+    """Rows `rows` of `batch`, every per-token tensor cut after the rows' longest completion:
+    the columns beyond it are padding in each of these rows (a causal model's logits of the
+    real tokens do not depend on them, and the loss has no token there), so a pass costs what
+    its own rows need, a micro-batch of yes/no answers not a kernel's width. Exact."""
+    index = torch.tensor(list(rows), dtype=torch.long, device=batch.input_ids.device)
+    start = batch.completion_start
+    longest = int(batch.attention_mask[index, start:].sum(dim=-1).max().item()) if rows else 0
+    width = max(1, longest)
+
+    def tokens(t: Tensor | None) -> Tensor | None:
+        if t is None:
+            return None
+        picked = t[index]
+        return picked[:, :width] if picked.dim() == 2 else picked
+
+    return MicroBatch(
+        input_ids=batch.input_ids[index, :start + width],
+        attention_mask=batch.attention_mask[index, :start + width],
+        loss_mask=batch.loss_mask[index, :width], advantages=tokens(batch.advantages),
+        weights=tokens(batch.weights), old=tokens(batch.old), ref=tokens(batch.ref))
+
+
 def plan(items: Sequence[Any], opt_steps: int, accum: int) -> list[list[list[Any]]]:
     """Optimizer steps → micro-batches → items: consecutive, as even as possible."""
     return [split(chunk, accum) for chunk in split(items, opt_steps)]
@@ -131,21 +167,18 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
                 num_seqs = int(distributed.sum_across_ranks(float(batch.keep[flat].sum())))
                 step_loss = step_pg = 0.0
                 for micro in step_rows:
-                    index = torch.tensor(micro, device=batch.input_ids.device)
-                    forward = (engine, batch.input_ids[index], batch.attention_mask[index],
-                               batch.completion_start, len(micro))
+                    mb = micro_batch(batch, micro)
+                    forward = (engine, mb.input_ids, mb.attention_mask, batch.completion_start,
+                               len(micro))
                     if iteration == 0:  # the entropy is logged for the first pass only
                         lp, ent = token_logprobs_and_entropy(
                             *forward, temperature=run.temperature, grad=True)
                     else:
                         lp = token_logprobs(*forward, temperature=run.temperature, grad=True)
-                    part = batch.loss_mask[index]
-                    loss, s = policy_loss(
-                        lp, None if batch.old is None else batch.old[index],
-                        batch.advantages[index], part,
-                        ref_logprobs=None if batch.ref is None else batch.ref[index],
-                        weights=None if batch.weights is None else batch.weights[index],
-                        num_tokens=num_tokens, num_seqs=num_seqs, **kwargs)
+                    part = mb.loss_mask
+                    loss, s = policy_loss(lp, mb.old, mb.advantages, part, ref_logprobs=mb.ref,
+                                          weights=mb.weights, num_tokens=num_tokens,
+                                          num_seqs=num_seqs, **kwargs)
                     tokens = float(part.sum())
                     step_pg += s.pop("pg_loss")
                     stats.add(s, tokens)

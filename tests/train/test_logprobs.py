@@ -238,3 +238,31 @@ def test_the_taken_log_probs_differentiate_as_a_log_softmax_does() -> None:
     bf16 = logits.detach().to(torch.bfloat16).requires_grad_()
     TakenLogprobs.apply(bf16, targets, 1.0).sum().backward()
     assert bf16.grad is not None and bf16.grad.dtype == torch.bfloat16  # the model's dtype
+
+
+def test_a_micro_batch_cut_after_its_longest_completion_scores_the_same(
+        lm: LlamaForCausalLM) -> None:
+    """The update's micro-batches (updates.micro_batch) drop the columns that are padding in
+    all their rows: a yes/no pair beside a long answer is scored on its own width, and its
+    log-probs are those of the full-width rows."""
+    from hargo_hpc.train.updates import UpdateBatch, micro_batch
+
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12]]
+    completions = [[30, 31, 32, 33, 34, 35], [36], [37, 38]]
+    ids, mask, start = left_pad(prompts, completions)
+    loss_mask = mask[:, start:].bool()
+    per_token = torch.randn(loss_mask.shape)
+    batch = UpdateBatch(input_ids=ids, attention_mask=mask, completion_start=start,
+                        loss_mask=loss_mask, keep=torch.ones(3, dtype=torch.bool),
+                        rewards=torch.zeros(3), groups=torch.zeros(3, dtype=torch.long),
+                        advantages=torch.randn(3), weights=None, old=per_token, ref=None,
+                        examples=[])
+    full = token_logprobs(lm, ids, mask, start, micro_batch=3)
+    short = micro_batch(batch, [1, 2])
+    assert short.input_ids.shape == (2, start + 2) and short.loss_mask.shape == (2, 2)
+    assert short.old is not None and torch.equal(short.old, per_token[1:, :2])
+    assert torch.equal(short.advantages, batch.advantages[1:])
+    got = token_logprobs(lm, short.input_ids, short.attention_mask, start, micro_batch=2)
+    torch.testing.assert_close(got, full[1:, :2], rtol=0, atol=LOGPROB_ATOL)
+    assert micro_batch(batch, [0, 1]).input_ids.shape == (2, ids.shape[1])  # the longest: no cut
+    assert micro_batch(batch, []).input_ids.shape == (0, start + 1)
