@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.examples import example_jobs
 
 ALL_REDUCE_FLAG = "--all-reduce-rank"  # how `run_all_reduce` starts each rank of its check
 
 
-class Skip(Exception):
+class Skip(HargoError):
     """Raised by a check that does not apply here; its message says why."""
 
 

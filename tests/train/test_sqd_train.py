@@ -29,12 +29,13 @@ STAGES = SqdSettings().stages  # open, no_simd, no_blocking (jobs/gemm_sqd.toml'
 
 
 def small(tmp_path: Path, name: str = "gemm-sqd") -> Any:
-    """jobs/gemm_sqd.toml with the tiny model, 2 prompts x G 2, 3 steps, a 64^3 bench on one
-    local worker, max_steps 1 (a move after every step a problem was prompted in: the
-    untrained model solves no stage, and an unsolved stage moves on only at max_steps; after
-    the last stage it cycles)."""
+    """jobs/gemm_sqd.toml with the tiny model (on one rank: its reference on the policy, no
+    checkpointing), 2 prompts x G 2, 3 steps, a 64^3 bench on one local worker, max_steps 1 (a
+    move after every step a problem was prompted in: the untrained model solves no stage, and an
+    unsolved stage moves on only at max_steps; after the last stage it cycles)."""
     return load_config(JOB, [
         f"run.dir={tmp_path}", f"run.name={name}", "model.path=tiny", "model.dtype=float32",
+        "model.reference_device=policy", "model.gradient_checkpointing=false",
         "rollout.num_generations=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=16",
         "training.steps=3", "training.zero_stage=2", "training.precision=fp32",
         "training.micro_batch_size=4", "training.save_every=0", "bench.size=64",
