@@ -6,6 +6,7 @@ than the configured `signal_lead_s` (docs/cluster.md, "4. Time limits, requeues 
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import subprocess
 import time
@@ -20,6 +21,19 @@ def derived_lead_s(floor_s: float, step_s: float, save_s: float) -> float:
     last one's time) and a save (the last one's time), with half again as margin for a slower
     filesystem; never less than the lead the job's signal has."""
     return max(float(floor_s), 1.5 * (step_s + save_s))
+
+
+def lead_advice(floor_s: float, step_s: float, save_s: float) -> str | None:
+    """A line when a stop needs more than the signal's lead covers (`derived_lead_s` above
+    `floor_s`), saying the lead that would leave it to Slurm's signal; None when it covers."""
+    needed = derived_lead_s(floor_s, step_s, save_s)
+    if needed <= floor_s:
+        return None
+    suggest = int(math.ceil(needed / 10.0) * 10)
+    return (f"a save took {save_s:.0f} s and a step {step_s:.0f} s: more than the time-limit "
+            f"signal's lead (slurm.train.signal_lead_s {floor_s:.0f} s) covers; this trainer "
+            f"stops by itself {needed:.0f} s before its job's end (a lead of at least "
+            f"{suggest} leaves it to the signal)")
 
 
 def parse_end(text: str) -> float | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.deadline import REASON as DEADLINE_REASON
-from hargo_hpc.train.deadline import Deadline
+from hargo_hpc.train.deadline import Deadline, lead_advice
 from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
     EXIT_DEADLINE,
@@ -139,7 +138,7 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                 for name in ckpt.prune(paths.checkpoints, t.save_total_limit):
                     log(f"checkpoint {name} removed (training.save_total_limit "
                         f"{t.save_total_limit})")
-                advice = lead_advice(save_s, step_s, config.slurm.train.signal_lead_s)
+                advice = lead_advice(config.slurm.train.signal_lead_s, step_s, save_s)
                 if advise and advice is not None:
                     log(advice)
                     advise = False
@@ -190,19 +189,6 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
             "metrics": str(paths.metrics)}, indent=1) + "\n")
     distributed.barrier()
     return TrainResult(paths.root, paths.metrics, state.step, saved, export)
-
-
-def lead_advice(save_s: float, step_s: float, lead_s: float) -> str | None:
-    """A line when the time-limit signal's lead cannot cover what a stop needs: the step in
-    progress (at most one step, `step_s`) and a save (`save_s`, as just measured), with half
-    again as margin for a slower filesystem; None when it can."""
-    needed = 1.5 * (save_s + step_s)
-    if needed <= lead_s:
-        return None
-    suggest = int(math.ceil(needed / 10.0) * 10)
-    return (f"a save took {save_s:.0f} s and a step {step_s:.0f} s: the time-limit signal's "
-            f"lead (slurm.train.signal_lead_s {lead_s:.0f} s) may end a job before its "
-            f"checkpoint; set it to at least {suggest}")
 
 
 def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgorithm, accum: int,

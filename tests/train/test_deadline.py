@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from hargo_hpc.train import metrics as m
-from hargo_hpc.train.deadline import REASON, Deadline, derived_lead_s, job_end, parse_end
+from hargo_hpc.train.deadline import (
+    REASON,
+    Deadline,
+    derived_lead_s,
+    job_end,
+    lead_advice,
+    parse_end,
+)
 
 from .test_loop import make_config, run
 
@@ -66,3 +73,14 @@ def test_a_run_near_its_jobs_end_checkpoints_stops_and_resumes(
     resumed, records = run(cfg, resume=True)
     assert not resumed.interrupted and resumed.step == 3
     assert [m.deterministic(r) for r in records] == [m.deterministic(r) for r in whole]
+
+
+def test_a_lead_too_short_for_a_step_and_a_save_is_said_with_what_would_do() -> None:
+    assert lead_advice(120.0, step_s=40.0, save_s=20.0) is None  # 90 s needed
+    said = lead_advice(120.0, step_s=60.0, save_s=300.0)  # 540 s needed
+    assert said is not None and "\n" not in said
+    assert "a save took 300 s and a step 60 s" in said
+    assert "slurm.train.signal_lead_s 120 s" in said
+    assert "stops by itself 540 s before its job's end" in said and "at least 540" in said
+    assert lead_advice(120.0, step_s=81.0, save_s=0.0).endswith("at least 130 leaves it to "
+                                                                "the signal)")

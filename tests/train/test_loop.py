@@ -680,12 +680,3 @@ def test_the_mix_summary_says_which_task_had_a_say() -> None:
     assert lines[0].startswith("a  drawn in 3 of 4 steps, contrast in 2 of them (mean share "
                                "of its groups 0.50); HARGO weight share 0.90 (0.80 with w = 1)")
     assert "PASSENGER" not in lines[0] and "PASSENGER" in lines[1]
-
-
-def test_a_lead_too_short_for_a_step_and_a_save_is_said_with_what_would_do() -> None:
-    assert loop.lead_advice(save_s=20.0, step_s=40.0, lead_s=120.0) is None  # 90 s needed
-    said = loop.lead_advice(save_s=300.0, step_s=60.0, lead_s=120.0)  # 540 s needed
-    assert said is not None and "\n" not in said
-    assert "a save took 300 s and a step 60 s" in said
-    assert "slurm.train.signal_lead_s 120 s" in said and said.endswith("at least 540")
-    assert loop.lead_advice(save_s=0.0, step_s=81.0, lead_s=120.0).endswith("at least 130")
