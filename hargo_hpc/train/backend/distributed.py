@@ -121,8 +121,8 @@ def _from_standard(environ: Mapping[str, str]) -> DistEnv:
             and world < int(step_tasks):
         raise DistributedError(
             f"WORLD_SIZE={world} but this Slurm step runs {step_tasks} tasks: RANK and "
-            "WORLD_SIZE were inherited from the shell that submitted the job; unset RANK, "
-            "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT there"
+            "WORLD_SIZE were inherited from the shell that submitted the job; unset "
+            f"{', '.join(STANDARD)} there"
         )
     local = _int(environ, "LOCAL_RANK") if environ.get("LOCAL_RANK") else 0
     port = (_int(environ, "MASTER_PORT") if environ.get("MASTER_PORT")
