@@ -8,6 +8,11 @@ stderr and the class's `exit_code` (2, bad input), nothing else; a traceback mea
 
 from __future__ import annotations
 
+# How a trainer that stopped after a checkpoint exits; the Slurm entry point and the batch
+# scripts requeue both (docs/slurm.md, "Time limits").
+EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
+EXIT_DEADLINE = 76  # stopped by itself before its Slurm job's end (train.deadline); requeue
+
 
 class HargoError(Exception):
     """A failure the user can act on; its message is one line naming what and where."""

@@ -53,28 +53,39 @@ def config_validate(job: str, overrides: tuple[str, ...]) -> None:
 @click.argument("job", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
 def config_check(job: str, overrides: tuple[str, ...]) -> None:
-    """Print the training job's estimated memory a GPU, by component and phase, for JOB's
-    model, ZeRO stage, ranks, precision and batch (docs/cluster.md, "6. Memory"); exit 1 when
-    it exceeds slurm.train.gpu_memory_gib.
+    """Print the training job's estimated memory a GPU, by component and phase, and its host
+    memory a node, for JOB's model, ZeRO stage, ranks, precision and batch (docs/cluster.md,
+    "6. Memory"); exit 1 when it exceeds slurm.train.gpu_memory_gib or slurm.train.mem.
 
     Reads the model's config.json (or the tiny / smollm2 shapes), never its weights.
     """
     cfg = load(job, overrides)
     from hargo_hpc.algorithms.presets import resolve_algorithm
-    from hargo_hpc.train.memory import architecture_of, fit_refusal, memory_plan, plan_lines
+    from hargo_hpc.train.memory import (
+        architecture_of,
+        fit_refusal,
+        host_plan,
+        host_refusal,
+        memory_plan,
+        plan_lines,
+    )
 
+    needs_reference = resolve_algorithm(cfg.algorithm).needs_reference
     with one_line(ValueError, prefix=f"{job}: "):
         arch = architecture_of(cfg.model.path)
-        plan = memory_plan(cfg, arch, resolve_algorithm(cfg.algorithm).needs_reference)
-    for line in plan_lines(plan, arch):
+        plan = memory_plan(cfg, arch, needs_reference)
+    host = host_plan(cfg, arch, needs_reference)
+    for line in plan_lines(plan, arch, host):
         click.echo(line)
-    refusal = fit_refusal(plan, cfg.slurm.train.gpu_memory_gib)
+    limit = cfg.slurm.train.gpu_memory_gib
+    refusal = (fit_refusal(plan, limit)
+               or host_refusal(host, cfg.slurm.train.mem))
     if refusal:
         click.echo(f"error: {job}: {refusal}", err=True)
         raise SystemExit(1)
-    limit = cfg.slurm.train.gpu_memory_gib
-    click.echo(f"fits slurm.train.gpu_memory_gib = {limit:g}" if limit else
-               "set slurm.train.gpu_memory_gib to have hargo submit check it")
+    click.echo(f"fits slurm.train.mem = {cfg.slurm.train.mem}"
+               + (f" and gpu_memory_gib = {limit:g}" if limit else
+                  "; set slurm.train.gpu_memory_gib to have hargo submit check a GPU"))
 
 
 def load(job: str, overrides: tuple[str, ...]) -> ExperimentConfig:

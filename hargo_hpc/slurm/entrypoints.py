@@ -24,10 +24,8 @@ from typing import Any
 
 import submitit
 
-from hargo_hpc.errors import HargoError
+from hargo_hpc.errors import EXIT_DEADLINE, EXIT_REQUEUE, HargoError
 
-EXIT_REQUEUE = 75  # the trainer's exit status after a stop with a checkpoint (train.run)
-EXIT_DEADLINE = 76  # the same, stopped by itself before its job's end (train.deadline)
 RELEASE_S = 20.0  # how long a stopped command may take to let go before SIGKILL
 STOP_SIGNALS = frozenset({signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM})  # the trainer's
 MARGIN_S = 10.0  # of the signal's lead, kept for submitit's requeue and exit

@@ -218,20 +218,30 @@ def check_ranks(config: ExperimentConfig, where: str) -> None:
 
 
 def check_memory(config: ExperimentConfig, where: str) -> None:
-    """ConfigError (one line) when slurm.train.gpu_memory_gib is set and the training job's
-    estimated peak a GPU exceeds it (`train.memory`); nothing when it is not set."""
-    limit = config.slurm.train.gpu_memory_gib
-    if not limit:
-        return
+    """ConfigError (one line) when the training job's estimated peak a GPU exceeds
+    slurm.train.gpu_memory_gib (when set) or its host memory a node exceeds slurm.train.mem
+    (`train.memory`; when the model's shape is readable here)."""
     from hargo_hpc.algorithms.presets import resolve_algorithm
-    from hargo_hpc.train.memory import MemoryPlanError, architecture_of, fit_refusal, memory_plan
+    from hargo_hpc.train.memory import (
+        MemoryPlanError,
+        architecture_of,
+        fit_refusal,
+        host_plan,
+        host_refusal,
+        memory_plan,
+    )
 
+    limit = config.slurm.train.gpu_memory_gib
     try:
         arch = architecture_of(config.model.path)
     except MemoryPlanError as err:
+        if not limit:
+            return  # nothing asked to be checked, and the shape is on the cluster only
         raise ConfigError(f"{where}: slurm.train.gpu_memory_gib is set, but {err}") from None
     needs_reference = resolve_algorithm(config.algorithm).needs_reference
-    refusal = fit_refusal(memory_plan(config, arch, needs_reference), limit)
+    refusal = (fit_refusal(memory_plan(config, arch, needs_reference), limit)
+               or host_refusal(host_plan(config, arch, needs_reference),
+                               config.slurm.train.mem))
     if refusal:
         raise ConfigError(f"{where}: {refusal}")
 

@@ -24,6 +24,7 @@ import torch
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import make_weighting
 from hargo_hpc.config import ExperimentConfig, generation_budget, save_resolved
+from hargo_hpc.errors import EXIT_DEADLINE, EXIT_REQUEUE
 from hargo_hpc.files import write_atomic
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.registry import get_task
@@ -35,8 +36,6 @@ from hargo_hpc.train.deadline import REASON as DEADLINE_REASON
 from hargo_hpc.train.deadline import Deadline, lead_advice
 from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
 from hargo_hpc.train.run import (
-    EXIT_DEADLINE,
-    EXIT_REQUEUE,
     Data,
     DiscardWriter,
     Log,

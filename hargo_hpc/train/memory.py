@@ -1,5 +1,6 @@
-"""The memory plan of a training job before it starts: the estimated peak per GPU, by component,
-from the model's shape and the experiment's settings, and whether it fits the partition's GPUs.
+"""The memory plan of a training job before it starts: the estimated peak per GPU and the host
+memory per node, by component, from the model's shape and the experiment's settings, and whether
+they fit the partition's GPUs and the job's `mem`.
 
 `architecture_of(path)` reads the model's shape (its config.json, or the tiny recipe and
 SmolLM2's shape) without loading weights; `memory_plan(config, arch)` gives each component's
@@ -196,7 +197,71 @@ def fit_refusal(plan: MemoryPlan, gpu_memory_gib: float | None) -> str | None:
             f"biggest part is {big.name} ({size(big.bytes)}); {big.fix}")
 
 
-def plan_lines(plan: MemoryPlan, arch: Architecture) -> list[str]:
+def loads_partitioned(config: ExperimentConfig, ranks: int) -> bool:
+    """Whether the trainer creates the policy already partitioned over its `ranks` at load
+    (`engine.partitioned_loading`: no rank holds it whole in host memory): ZeRO-3 over several
+    ranks with the generated DeepSpeed config, a checkpoint directory (not GGUF), no LoRA (its
+    adapters are added to the whole base model). The reference too when it is "sharded"."""
+    t, model = config.training, config.model
+    return (t.zero_stage == 3 and ranks > 1 and not t.deepspeed_config and not model.lora_r
+            and not model.path.endswith(".gguf"))
+
+
+def host_plan(config: ExperimentConfig, arch: Architecture,
+              needs_reference: bool) -> tuple[Component, ...]:
+    """Each component's bytes of host memory on one node (T ranks a node, the rest as in
+    `memory_plan`), all counted at once (the reference and the optimizer's host state are
+    allocated while the policy is still being moved off the host: an upper bound):
+
+    the policy at load N·b on each of the node's T ranks, once a node when it loads
+    partitioned (`loads_partitioned`; transformers 5 reads it on rank 0 only, so other nodes
+    hold none); the reference at load the same (partitioned only when "sharded"), T·N·b kept
+    with reference_device "cpu"; the offloaded optimizer (8 + 4·[b < 4])·N / W on each rank."""
+    t, model = config.training, config.model
+    res = config.slurm.train
+    ranks, per_node = res.nodes * res.ntasks_per_node, res.ntasks_per_node
+    n, b = arch.params, BYTES[model.dtype]
+    partitioned = loads_partitioned(config, ranks)
+    at_load = n * b * (1 if partitioned else per_node)
+    ref_load = n * b * (1 if partitioned and model.reference_device == "sharded" else per_node)
+    master = 4 if b < 4 else 0
+    reference = needs_reference and model.reference_device != "cpu"
+    return (
+        Component("policy at load", "load", at_load,
+                  "training.zero_stage = 3 (it then loads partitioned: once a node)"),
+        Component("reference at load", "load", ref_load if reference else 0.0,
+                  'model.reference_device = "sharded" (ZeRO-3)'),
+        Component("reference on host", "always",
+                  per_node * n * b if needs_reference and model.reference_device == "cpu"
+                  else 0.0, 'model.reference_device = "sharded" (ZeRO-3) or "policy"'),
+        Component("offloaded optimizer", "always",
+                  per_node * (8 + master) * n / ranks if t.offload_optimizer else 0.0,
+                  "training.offload_optimizer = false, or more nodes"),
+    )
+
+
+def slurm_mem_bytes(mem: str) -> float:
+    """Slurm's --mem value in bytes (a bare number is megabytes)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    if mem[-1:] in units:
+        return float(mem[:-1]) * units[mem[-1]]
+    return float(mem) * 2**20
+
+
+def host_refusal(components: tuple[Component, ...], mem: str) -> str | None:
+    """One line when the host components of a node exceed `slurm.train.mem`, naming the
+    biggest and the setting that shrinks it; None when they fit."""
+    total = sum(c.bytes for c in components)
+    if total <= slurm_mem_bytes(mem):
+        return None
+    big = max(components, key=lambda c: c.bytes)
+    return (f"the training job needs about {size(total)} of host memory a node, over "
+            f"slurm.train.mem = {mem}: the biggest part is {big.name} ({size(big.bytes)}); "
+            f"{big.fix}")
+
+
+def plan_lines(plan: MemoryPlan, arch: Architecture,
+               host: tuple[Component, ...] = ()) -> list[str]:
     """The plan as printed by `hargo config check`: one line a component, then the peak."""
     lines = [f"model: {arch.params / 1e9:.3f} B parameters (h {arch.hidden}, {arch.layers} "
              f"layers, vocab {arch.vocab}); {plan.ranks} rank(s)",
@@ -204,6 +269,10 @@ def plan_lines(plan: MemoryPlan, arch: Architecture) -> list[str]:
     lines += [f"{c.name:<17} {c.phase:<11} {size(c.bytes):>10}" for c in plan.components]
     lines.append(f"peak: {size(plan.peak)} a GPU, in {plan.peak_phase} "
                  f"(biggest: {plan.biggest.name})")
+    if host:
+        lines.append(f"{'host memory':<19} {'phase':<9} {'a node':>10}")
+        lines += [f"{c.name:<19} {c.phase:<9} {size(c.bytes):>10}" for c in host]
+        lines.append(f"host: {size(sum(c.bytes for c in host))} a node at most")
     return lines
 
 

@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from hargo_hpc.train.backend.engine import Engine
     from hargo_hpc.train.rollout.rewards import RewardRouter
 
-EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped by a signal after a checkpoint; rerun with --resume
-EXIT_DEADLINE = 76  # stopped by itself before its Slurm job's end, after a checkpoint; requeue
 
 Log = Callable[[str], object]
 

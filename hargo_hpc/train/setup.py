@@ -4,6 +4,7 @@ claim, data, models, the engine and the HF export. Each failure is a one-line `T
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from hargo_hpc.tasks.registry import get_task, task_class
 from hargo_hpc.tasks.split import split_examples
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.memory import loads_partitioned
 from hargo_hpc.train.run import Data, Log, TrainError
 from hargo_hpc.train.sft import has_target
 
@@ -139,13 +141,28 @@ def load_models(config: ExperimentConfig, needs_reference: bool
             lora = LoraOptions(r=section.lora_r, alpha=section.lora_alpha,
                                dropout=section.lora_dropout,
                                target_modules=tuple(section.lora_target_modules))
-        policy, tokenizer = load_policy(section.path, lora=lora,
-                                        gradient_checkpointing=section.gradient_checkpointing,
-                                        **kwargs)
-        reference = load_reference(section.path, **kwargs) if needs_reference else None
+        partitioned = loads_partitioned(config, distributed.world_size())
+        with _loading(config, partitioned=partitioned):
+            policy, tokenizer = load_policy(
+                section.path, lora=lora, gradient_checkpointing=section.gradient_checkpointing,
+                **kwargs)
+        reference = None
+        if needs_reference:
+            sharded = section.reference_device == "sharded" and partitioned
+            with _loading(config, partitioned=sharded):
+                reference = load_reference(section.path, **kwargs)
     except ValueError as err:
         raise TrainError(str(err)) from None
     return policy, tokenizer, reference
+
+
+def _loading(config: ExperimentConfig, *, partitioned: bool) -> Any:
+    if not partitioned:
+        return contextlib.nullcontext()
+    from hargo_hpc.train.backend.engine import partitioned_loading
+
+    return partitioned_loading(precision=config.training.precision,
+                               micro_batch_size=config.training.micro_batch_size)
 
 
 def build_run_engine(config: ExperimentConfig, policy: Any, accum: int, total_steps: int,

@@ -110,6 +110,17 @@ def plan(items: Sequence[Any], opt_steps: int, accum: int) -> list[list[list[Any
     return [split(chunk, accum) for chunk in split(items, opt_steps)]
 
 
+def plan_by_length(batch: UpdateBatch, opt_steps: int, accum: int) -> list[list[list[int]]]:
+    """`plan` of the batch's rows, each optimizer step's rows ordered longest completion first
+    before they are split into micro-batches, so rows of like length share one and `micro_batch`
+    cuts each to its own width. The optimizer steps keep their rows, and a step's loss has the
+    step's denominators whatever its micro-batches (`Engine.backward`): only the order of the
+    floating-point sums changes."""
+    lengths = batch.attention_mask[:, batch.completion_start:].sum(dim=-1).tolist()
+    steps = split(list(range(len(lengths))), opt_steps)
+    return [split(sorted(rows, key=lambda i: -lengths[i]), accum) for rows in steps]
+
+
 @contextlib.contextmanager
 def training_mode(engine: Any) -> Iterator[None]:
     engine.train()
@@ -158,10 +169,9 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
     grad_norms: list[float] = []
     losses: list[float] = []
     pg_losses: list[float] = []
-    rows = list(range(batch.input_ids.shape[0]))
     with training_mode(engine):
         for iteration in range(run.num_iterations):
-            for step_rows in plan(rows, run.opt_steps, run.accum):
+            for step_rows in plan_by_length(batch, run.opt_steps, run.accum):
                 flat = [i for micro in step_rows for i in micro]
                 num_tokens = distributed.sum_across_ranks(float(batch.loss_mask[flat].sum()))
                 num_seqs = int(distributed.sum_across_ranks(float(batch.keep[flat].sum())))

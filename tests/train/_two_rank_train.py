@@ -125,6 +125,20 @@ def main(out: Path, runs: list[str]) -> None:
         torch.save(state, out / f"{label[0]}_rank{env.rank}.pt")
         return export_model(engine, tokenizer, path, lora=lora)
 
+    load_models = loop.load_models
+
+    def loaded_and_measured(*args: Any, **kwargs: Any) -> Any:
+        """What each model holds in this rank's memory right after loading: nothing under
+        ZeRO-3 (created partitioned), the whole model otherwise."""
+        policy, tokenizer, reference = load_models(*args, **kwargs)
+        sizes = {name: {"whole": sum(getattr(p, "ds_numel", p.numel()) for p in params),
+                        "materialised": sum(p.numel() for p in params)}
+                 for name, model in (("policy", policy), ("reference", reference))
+                 if model is not None for params in [list(model.parameters())]}
+        (out / f"{label[0]}_loaded_rank{env.rank}.json").write_text(json.dumps(sizes))
+        return policy, tokenizer, reference
+
+    loop.load_models = loaded_and_measured  # type: ignore[assignment]
     loop.export_model = saving_export  # type: ignore[assignment]  # `train`'s
     sft_run.export_model = saving_export  # type: ignore[assignment]  # `hargo sft`'s
     for run in runs:

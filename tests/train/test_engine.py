@@ -454,3 +454,17 @@ def test_two_ranks_match_each_other_and_one_process(
         # still whole after generate: no per-module release), and training went on exactly
         assert [runs[0]["generated"], runs[1]["generated"]] == want_generated
         assert runs[0]["whole"] and runs[1]["whole"]
+
+
+def test_weight_decay_goes_by_the_parameters_own_shape_when_partitioned() -> None:
+    """A parameter created partitioned (engine.partitioned_loading) holds an empty shard; its
+    group comes from `ds_shape`, so a matrix is still decayed and a norm is not."""
+    from hargo_hpc.train.backend.engine import _optimizer_groups
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.LayerNorm(4))
+    for param in model.parameters():
+        param.ds_shape = param.shape  # what zero.Init leaves beside an empty shard
+        param.data = torch.empty(0)
+    decay, no_decay = _optimizer_groups(model, 0.1)
+    assert [p.ds_shape for p in decay["params"]] == [torch.Size([4, 4])]
+    assert decay["weight_decay"] == 0.1 and len(no_decay["params"]) == 2  # LayerNorm's two

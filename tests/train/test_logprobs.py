@@ -266,3 +266,23 @@ def test_a_micro_batch_cut_after_its_longest_completion_scores_the_same(
     torch.testing.assert_close(got, full[1:, :2], rtol=0, atol=LOGPROB_ATOL)
     assert micro_batch(batch, [0, 1]).input_ids.shape == (2, ids.shape[1])  # the longest: no cut
     assert micro_batch(batch, []).input_ids.shape == (0, start + 1)
+
+
+def test_an_optimizer_step_keeps_its_rows_and_packs_them_by_length() -> None:
+    """`plan_by_length`: the optimizer steps hold the rows `plan` gives them; inside a step the
+    rows run longest completion first, so like lengths share a micro-batch (ties in row
+    order)."""
+    from hargo_hpc.train.updates import UpdateBatch, plan, plan_by_length
+
+    lengths = [1, 9, 2, 9, 1, 5, 3, 1]
+    prompts = [[5, 6]] * len(lengths)
+    ids, mask, start = left_pad(prompts, [[30] * n for n in lengths])
+    batch = UpdateBatch(input_ids=ids, attention_mask=mask, completion_start=start,
+                        loss_mask=mask[:, start:].bool(), keep=torch.ones(8, dtype=torch.bool),
+                        rewards=torch.zeros(8), groups=torch.zeros(8, dtype=torch.long),
+                        advantages=torch.zeros(8), weights=None, old=None, ref=None,
+                        examples=[])
+    packed = plan_by_length(batch, opt_steps=2, accum=2)
+    assert packed == [[[1, 3], [2, 0]], [[5, 6], [4, 7]]]
+    for ours, theirs in zip(packed, plan(list(range(8)), 2, 2), strict=True):
+        assert sorted(i for micro in ours for i in micro) == [i for m in theirs for i in m]

@@ -21,6 +21,8 @@ from hargo_hpc.train.memory import (
     architecture_from,
     architecture_of,
     fit_refusal,
+    host_plan,
+    host_refusal,
     memory_plan,
 )
 
@@ -120,6 +122,38 @@ def test_a_job_that_cannot_fit_is_refused_in_one_line_naming_what_would_help(
     assert done.exit_code == 1
     assert "activations       update" in done.output and "peak:" in done.output
     assert "error:" in done.output and "over slurm.train.gpu_memory_gib = 79" in done.output
+
+
+def test_host_memory_a_node_is_its_formula_and_refused_over_slurm_mem(tmp_path: Path) -> None:
+    """Each rank of a node loads the whole policy and reference, except under ZeRO-3 over
+    several ranks, where they load partitioned (once a node); a reference kept on the host
+    and an offloaded optimizer stay."""
+    path = model_dir(tmp_path, QWEN_7B, "q7")
+    n = architecture_from(QWEN_7B).params
+    base = [f"model.path={path}", "slurm.train.nodes=2", "slurm.train.ntasks_per_node=8",
+            "slurm.train.mem=512G"]
+
+    def host(*overrides: str) -> dict[str, float]:
+        config = load_config(JOBS / "hpcgpt_mix.toml", [*base, *overrides])
+        return {c.name: c.bytes for c in host_plan(config, architecture_from(QWEN_7B), True)}
+
+    sharded = host()  # the shipped settings: ZeRO-3, bf16, a sharded reference
+    assert sharded == {"policy at load": 2 * n, "reference at load": 2 * n,
+                       "reference on host": 0, "offloaded optimizer": 0}
+    on_policy = host("model.reference_device=policy")
+    assert on_policy["policy at load"] == 2 * n and on_policy["reference at load"] == 8 * 2 * n
+    zero2 = host("training.zero_stage=2", "model.reference_device=cpu",
+                 "training.offload_optimizer=true")
+    assert zero2 == {"policy at load": 8 * 2 * n, "reference at load": 0,
+                     "reference on host": 8 * 2 * n, "offloaded optimizer": 8 * 12 * n / 16}
+    config = load_config(JOBS / "hpcgpt_mix.toml", [
+        *base, "training.zero_stage=2", "model.reference_device=cpu", "slurm.train.mem=200G"])
+    said = host_refusal(host_plan(config, architecture_from(QWEN_7B), True), "200G")
+    assert said is not None and "\n" not in said
+    assert "over slurm.train.mem = 200G" in said and "biggest part is policy at load" in said
+    with pytest.raises(ConfigError, match=r"of host memory a node, over slurm\.train\.mem"):
+        check_memory(config, "job")
+    check_memory(load_config(JOBS / "hpcgpt_mix.toml", base), "job")  # the shipped: fits
 
 
 def test_a_model_without_a_readable_shape_is_one_line(tmp_path: Path) -> None:

@@ -116,6 +116,15 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
         assert [r["group"] for r in rollouts] == [0, 0, 1, 1, 2, 2, 3, 3]
         assert (run_dir / "finished.json").is_file()
 
+    # loaded partitioned under ZeRO-3 (no rank holds the whole policy at any time), the
+    # reference too when it is "sharded"; whole under ZeRO-2 and for a reference on the device
+    loaded = {(run, r): json.loads((tmp_path / f"{run}_loaded_rank{r}.json").read_text())
+              for run in ("z2", "z3", "z3-sharded-ref") for r in (0, 1)}
+    for (run, _), sizes in loaded.items():
+        for model, size in sizes.items():
+            partitioned = run == "z3-sharded-ref" or (run == "z3" and model == "policy")
+            assert size["materialised"] == (0 if partitioned else size["whole"]), (run, model)
+
     # the reference partitioned over the ranks: each holds half of it (up to ZeRO's padding
     # of each parameter to a multiple of 2), none whole; the same KL, weights and update
     sizes = [json.loads((tmp_path / f"z3-sharded-ref_reference_rank{r}.json").read_text())

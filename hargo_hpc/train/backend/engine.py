@@ -160,11 +160,13 @@ def read_user_config(
 
 
 def _optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Weight decay on matrices (ndim ≥ 2) only; norms and biases are not decayed."""
+    """Weight decay on matrices (ndim ≥ 2) only; norms and biases are not decayed. A parameter
+    created partitioned (`partitioned_loading`) holds an empty shard: its `ds_shape` is its own."""
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
+            ndim = len(getattr(param, "ds_shape", param.shape))
+            (decay if ndim >= 2 else no_decay).append(param)
     if not decay and not no_decay:
         raise EngineError("the model has no trainable parameters")
     groups = [{"params": decay, "weight_decay": weight_decay},
@@ -197,6 +199,31 @@ def _ensure_distributed() -> None:
         dist_backend=get_accelerator().communication_backend_name(),
         auto_mpi_discovery=False, rank=env.rank, world_size=env.world_size,
     )
+
+
+@contextlib.contextmanager
+def partitioned_loading(*, precision: Precision, micro_batch_size: int) -> Iterator[None]:
+    """Models `from_pretrained` loads inside are created already partitioned by ZeRO-3 over the
+    ranks (transformers' DeepSpeed integration: `zero.Init` while the model is built, then the
+    checkpoint copied in one gathered layer at a time), so no rank holds the whole model in host
+    memory: transformers 5 reads the checkpoint's values on rank 0 only, 4.56 maps its
+    safetensors on every rank (the page cache: one copy per node). `build_engine` and
+    `shard_reference` then take the partitioned model as it is. Every rank calls it together
+    (the process group must exist); only for ZeRO-3 and the generated config."""
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    _skip_unused_cpu_comm_op()
+    _ensure_distributed()
+    config = deepspeed_config(zero_stage=3, precision=precision, grad_clip=0.0, grad_accum=1,
+                              micro_batch_size=micro_batch_size,
+                              world_size=dist.get_world_size(), offload_optimizer=False)
+    active = HfDeepSpeedConfig(config)  # transformers keeps only a weak reference to it
+    try:
+        yield
+    finally:
+        unset_hf_deepspeed_config()
+        del active
 
 
 def build_engine(
