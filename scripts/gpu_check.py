@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,10 @@ def main(argv: list[str]) -> int:
     if not args.cpu and not torch.cuda.is_available():
         print("error: no GPU visible (use --cpu to run the path on the CPU)", file=sys.stderr)
         return 1
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the script's own lines, not the loaders' bars
+    warnings.filterwarnings("ignore", category=FutureWarning)  # DeepSpeed's calls into torch
     with tempfile.TemporaryDirectory(prefix="hargo-gpu-check-") as tmp:
         work = Path(tmp)
         dtype = torch.float32 if args.cpu else torch.bfloat16

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,42 @@ def test_in_every_task_of_a_step_it_checks_the_ranks_across_the_tasks(
             ["skip", "zero2"], ["ok", "all-reduce"]], (task, lines)
         assert f"rank {task} of 2 (slurm)" in lines[3]
         assert "2 ranks over gloo: all-reduce gave 3 (expected 3)" in lines[5]
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@pytest.mark.slow
+def test_the_gpu_check_script_runs_its_path_on_the_cpu(tmp_path: Path) -> None:
+    """scripts/gpu_check.py --cpu: random weights of the model's shape, a GRPO step under ZeRO-2
+    and ZeRO-3 with the plan's estimate beside it, generation throughput, ZeRO-3 generation
+    gathered and by hooks; each part one line, exit 0."""
+    from hargo_hpc.train.model.models import tiny_dir
+
+    shape = tiny_dir(tmp_path / "cache")
+    env = {k: v for k, v in os.environ.items() if k not in STANDARD and not k.startswith("SLURM")}
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), "--model", str(shape),
+                           "--cpu"], capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("[")]  # logs
+    assert [line.split()[:2] for line in lines] == [
+        ["grpo", "step"], ["grpo", "step"], ["generate", "8"], ["generate", "16"],
+        ["zero3", "gen"], ["zero3", "gen"]], lines
+    assert "ZeRO-2 fp32" in lines[0] and "ZeRO-3 fp32" in lines[1] and "estimate" in lines[0]
+    assert "gathered" in lines[4] and "hooks" in lines[5]
+
+
+def test_the_gpu_check_says_what_to_prepare_first(tmp_path: Path) -> None:
+    """Without .gpu_check/ (a fresh clone) the device script says how to prepare it."""
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    (copy / "scripts" / "gpu_check.sh").write_bytes((SCRIPTS / "gpu_check.sh").read_bytes())
+    done = subprocess.run(["bash", str(copy / "scripts" / "gpu_check.sh")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("error: no .gpu_check/wheels: run scripts/gpu_check.sh "
+                                   "prepare first (with network)")
+    bad = subprocess.run(["bash", str(copy / "scripts" / "gpu_check.sh"), "nonsense"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "usage: scripts/gpu_check.sh [prepare|run]" in bad.stderr
