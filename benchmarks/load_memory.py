@@ -4,9 +4,12 @@ models created partitioned at load (`engine.partitioned_loading`, what a ZeRO-3 
 ranks does now) against each rank loading both whole first (before issue Y).
 
 Each measurement is two fresh processes (gloo, one machine, as the ranks of one node): each
-reports its peak resident set (`ru_maxrss`) less its resident set just before loading, and the
-node's figure is their sum. The two sides are interleaved and repeated; the script prints each
-side's median and range and the ratio of the medians (after / before).
+reports its private memory (`AnonPeak`) above its level just before loading: the peak while
+both models load, what it holds once they are loaded, and the peak by the time the engine
+(with its optimizer state) and the sharded reference are built; the node's figures are the
+ranks' sums. The two sides are interleaved
+and repeated; the script prints each side's median and range and the ratio of the medians
+(after / before).
 
 Run: .venv/bin/python benchmarks/load_memory.py [--model smollm2] [--dtype bfloat16]
      [--repeats 3] [--cache DIR]
@@ -15,13 +18,15 @@ Run: .venv/bin/python benchmarks/load_memory.py [--model smollm2] [--dtype bfloa
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 
 RANKS = 2
 
@@ -33,7 +38,7 @@ def config(model: str, dtype: str, out: str) -> object:
     return validate_config({
         "run": {"name": "load", "dir": out, "seed": 0},
         "model": {"path": model, "dtype": dtype, "reference_device": "sharded"},
-        "algorithm": {"name": "grpo", "beta": 0.04},
+        "algorithm": {"name": "grpo", "kl_coef": 0.04},
         "data": {"tasks": [{"name": "plp_qa", "max_items": 8}], "eval_fraction": 0.0},
         "rollout": {"num_generations": 2, "prompts_per_step": 2, "max_new_tokens": 8},
         "training": {"steps": 1, "micro_batch_size": 1, "zero_stage": 3,
@@ -41,8 +46,10 @@ def config(model: str, dtype: str, out: str) -> object:
     })
 
 
-def measure(model: str, dtype: str, side: str, out: str) -> float:
-    """(In each rank.) MiB loading, the engine and the sharded reference added to its peak."""
+def measure(model: str, dtype: str, side: str, out: str) -> list[float]:
+    """(In each rank.) MiB of private memory: its peak while loading both models, what it
+    holds once they are loaded (freed memory returned), and its peak by the time the engine
+    and the sharded reference are built (the optimizer's state counts there)."""
     from hargo_hpc.train import setup
     from hargo_hpc.train.backend import distributed
 
@@ -50,22 +57,57 @@ def measure(model: str, dtype: str, side: str, out: str) -> float:
     cfg = config(model, dtype, out)
     if side == "before":
         setup.loads_partitioned = lambda *_: False  # each rank loads both models whole
-    base = _rss_mib()
-    policy, _, reference = setup.load_models(cfg, needs_reference=True)
-    engine = setup.build_run_engine(cfg, policy, 1, 1, None)
-    setup.place_reference(cfg, reference, engine.device)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    import deepspeed  # noqa: F401  (imported before the baseline on both sides)
+
+    with AnonPeak() as peak:
+        policy, _, reference = setup.load_models(cfg, needs_reference=True)
+        loaded = peak.added()
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # what the allocator keeps but no longer uses
+        held = _anon_mib() - peak.base
+        engine = setup.build_run_engine(cfg, policy, 1, 1, None)
+        setup.place_reference(cfg, reference, engine.device)
+        built = peak.added()
     distributed.teardown()
-    return peak - base
+    return [loaded, held, built]
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+class AnonPeak:
+    """The peak of this process's private (anonymous) resident memory above its level at entry,
+    sampled every 2 ms by a thread. A checkpoint's file pages are left out: mapped by several
+    ranks they are one copy in the node's page cache (and reclaimable), while `ru_maxrss`
+    would count them once a rank."""
+
+    def __enter__(self) -> AnonPeak:
+        self.base = self.peak = _anon_mib()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _anon_mib())
+
+    def added(self) -> float:
+        self.peak = max(self.peak, _anon_mib())
+        return self.peak - self.base
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
-def node(model: str, dtype: str, side: str, cache: str) -> float:
-    """The two ranks' added peaks, summed."""
+def _anon_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no RssAnon in /proc/self/status (Linux only)")
+
+
+def node(model: str, dtype: str, side: str, cache: str) -> list[float]:
+    """`measure`'s three figures, each summed over the ranks."""
     from hargo_hpc.train.backend.distributed import free_port
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -78,11 +120,12 @@ def node(model: str, dtype: str, side: str, cache: str) -> float:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(RANKS)]
         outputs = [rank.communicate() for rank in ranks]
-    total = 0.0
+    total = [0.0, 0.0, 0.0]
     for rank, (stdout, stderr) in zip(ranks, outputs, strict=True):
         if rank.returncode != 0:
             raise SystemExit(f"a rank failed ({side}):\n{stderr[-2000:]}")
-        total += json.loads(stdout.strip().splitlines()[-1])
+        for i, value in enumerate(json.loads(stdout.strip().splitlines()[-1])):
+            total[i] += value
     return total
 
 
@@ -99,18 +142,21 @@ def main(argv: list[str]) -> int:
     if args.child:
         print(json.dumps(measure(args.model, args.dtype, args.child, args.out)))
         return 0
-    found: dict[str, list[float]] = {"before": [], "after": []}
+    found: dict[str, list[list[float]]] = {"before": [], "after": []}
     for _ in range(args.repeats):
         for side in found:  # interleaved
             found[side].append(node(args.model, args.dtype, side, args.cache))
     print(f"{RANKS} ranks on one node loading {args.model} ({args.dtype}) policy + sharded "
-          f"reference under ZeRO-3, {args.repeats} runs a side, added peak resident set "
+          f"reference under ZeRO-3, {args.repeats} runs a side, added peak private memory "
           "summed over the ranks:")
-    for side, values in found.items():
-        print(f"  {side:<6} +{statistics.median(values):.0f} MiB "
-              f"(range {min(values):.0f}-{max(values):.0f})")
-    ratio = statistics.median(found["after"]) / statistics.median(found["before"])
-    print(f"  after / before: {ratio:.2f}x")
+    for i, when in enumerate(("peak at load", "held after load", "peak with engine")):
+        medians = {}
+        for side, runs in found.items():
+            values = [run[i] for run in runs]
+            medians[side] = statistics.median(values)
+            print(f"  {when:<16} {side:<6} +{medians[side]:.0f} MiB "
+                  f"(range {min(values):.0f}-{max(values):.0f})")
+        print(f"  {when:<16} after / before: {medians['after'] / medians['before']:.2f}x")
     return 0
 
 

@@ -1,14 +1,15 @@
 """What sharing a mixed step over the ranks by generation budget saves: two ranks (torchrun,
-gloo, one torch thread each) train the tiny model on a mix of a long-answer task and a yes/no
-task, with `rollout.balance_ranks` true and false alternately (false, true, true, false, ...),
-each run in its own processes. Printed per setting: the median step time over the measured
-steps of every run (the first step of a run dropped: start-up) with its range, the median
-generation time, then the ratio of the medians (false / true).
+gloo, one torch thread each) train the tiny model (or SmolLM2) on a mix of a long-answer task
+and a yes/no task, with `rollout.balance_ranks` true and false alternately (false, true, true,
+false, ...), each run in its own processes. Printed per setting: the median step time over
+the measured steps of every run (the first step of a run dropped: start-up) with its range,
+the median generation time, then the ratio of the medians (false / true).
 
 The default mix is PLP QA (a 96-token budget) and data race (8 tokens); `--long gemm` puts
 GEMM (rollout.max_new_tokens, with a local bench worker) in PLP's place.
 
 Run: .venv/bin/python benchmarks/rank_balance.py [--rounds 2] [--steps 5] [--long gemm]
+     [--model smollm2] [--tokens 256]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ dir = "{work}"
 seed = 0
 
 [model]
-path = "tiny"
+path = "{args.model}"
 cache_dir = "{work / 'models'}"
 
 [[data.tasks]]
@@ -86,6 +87,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--generations", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--long", choices=("plp", "gemm"), default="plp")
+    parser.add_argument("--model", default="tiny", help="tiny or smollm2")
     args = parser.parse_args(argv)
     step: dict[bool, list[float]] = {False: [], True: []}
     gen: dict[bool, list[float]] = {False: [], True: []}
@@ -96,7 +98,7 @@ def main(argv: list[str]) -> int:
                 records = run_once(work, f"r{round_}-{balance}", balance, args)
                 step[balance] += [r["timing_s/step"] for r in records]
                 gen[balance] += [r["timing_s/gen"] for r in records]
-    print(f"two ranks, the tiny model, {args.long} + data race, {args.prompts} prompts x G "
+    print(f"two ranks, {args.model}, {args.long} + data race, {args.prompts} prompts x G "
           f"{args.generations} a step, {args.rounds} runs x {args.steps - 1} measured steps a "
           "setting:")
     for balance in (False, True):

@@ -187,18 +187,21 @@ def _skip_unused_cpu_comm_op() -> None:
 
 
 def _ensure_distributed() -> None:
-    """The variables and process group DeepSpeed needs (one process when nothing is set)."""
+    """The variables and process group DeepSpeed needs (one process when nothing is set), and
+    DeepSpeed's own view of a group the trainer created (`zero.Init` reads the world size from
+    it before any `deepspeed.initialize`)."""
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    if dist.is_initialized():
+    if deepspeed.comm.is_initialized():
         return
-    env = distributed.detect()
-    env.export()
-    deepspeed.init_distributed(
-        dist_backend=get_accelerator().communication_backend_name(),
-        auto_mpi_discovery=False, rank=env.rank, world_size=env.world_size,
-    )
+    ranks: dict[str, int] = {}
+    if not dist.is_initialized():
+        env = distributed.detect()
+        env.export()
+        ranks = {"rank": env.rank, "world_size": env.world_size}
+    deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name(),
+                               auto_mpi_discovery=False, **ranks)
 
 
 @contextlib.contextmanager
