@@ -31,7 +31,7 @@ from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_confi
 
 torch.set_num_threads(1)
 STAGES = (2, 3)
-RUNS = ("z2", "z3", "sft", "sft-cli", "z2-resume", "z2-gen-stop", "z3-sharded-ref", "z3-real")
+RUNS = ("z3", "z2", "sft", "sft-cli", "z2-resume", "z2-gen-stop", "z3-sharded-ref", "z3-real")
 SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
