@@ -8,8 +8,11 @@ Each measurement is a fresh process (its peak resident set, `ru_maxrss`, less it
 just before the pass), the two sides interleaved and repeated; the script prints each side's
 median and range and the ratio of the medians (after / before).
 
+`--part prefill` measures generation's shared prefill of the prompts instead: every prompt
+position's logits (before) against the last one's (`logits_to_keep=1`, after).
+
 Run: .venv/bin/python benchmarks/update_memory.py [--model smollm2] [--dtype bfloat16]
-     [--rows 4] [--prompt 64] [--completion 256] [--repeats 3]
+     [--rows 4] [--prompt 64] [--completion 256] [--repeats 3] [--part prefill]
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 
 def measure(model_name: str, dtype: str, rows: int, prompt: int, completion: int,
-            side: str) -> float:
+            side: str, part: str = "update") -> float:
     """(In the child.) MiB the pass added to the process's peak resident set."""
     import torch
 
@@ -35,8 +38,10 @@ def measure(model_name: str, dtype: str, rows: int, prompt: int, completion: int
 
     torch.manual_seed(0)
     model, _ = load_policy(model_name, dtype=dtype)
-    model.train()
     vocab = model.config.vocab_size
+    if part == "prefill":
+        return prefill(model, torch.randint(0, vocab, (rows, prompt)), side)
+    model.train()
     ids = torch.randint(0, vocab, (rows, prompt + completion))
     mask = torch.ones_like(ids)
     if side == "before":
@@ -47,6 +52,27 @@ def measure(model_name: str, dtype: str, rows: int, prompt: int, completion: int
     loss.backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return peak - base
+
+
+def prefill(model: Any, ids: Any, side: str) -> float:
+    """The generation backend's shared prefill (`HFGenerateBackend._shared_prefill`'s call):
+    the prompts' KV cache with one position's logits (after) or every position's (before, the
+    model's default). The peak is read from VmHWM, reset just before the pass."""
+    import torch
+
+    from hargo_hpc.train.model.logprobs import position_ids_from_mask
+
+    model.eval()
+    mask = torch.ones_like(ids)
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # the peak resident set starts again from here
+    base = _rss_mib()
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask),
+              use_cache=True, logits_to_keep=1 if side == "after" else 0)
+    with open("/proc/self/status") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return peak / 1024.0 - base
 
 
 def _rss_mib() -> float:
@@ -86,26 +112,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache"),
                         help="XDG cache directory for the models (default: yours)")
+    parser.add_argument("--part", choices=("update", "prefill"), default="update",
+                        help="the update pass, or generation's shared prefill of the prompts")
     parser.add_argument("--child", choices=("before", "after"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.model, args.dtype, args.rows, args.prompt,
-                                 args.completion, args.child)))
+                                 args.completion, args.child, args.part)))
         return 0
     found: dict[str, list[float]] = {"before": [], "after": []}
     for _ in range(args.repeats):
         for side in found:  # interleaved
             done = subprocess.run(
                 [sys.executable, __file__, "--child", side, "--model", args.model,
-                 "--dtype", args.dtype,
+                 "--dtype", args.dtype, "--part", args.part,
                  "--rows", str(args.rows), "--prompt", str(args.prompt),
                  "--completion", str(args.completion)],
                 capture_output=True, text=True, check=True,
                 env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                      "XDG_CACHE_HOME": args.cache})
             found[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"one update pass, {args.model}, {args.rows} rows x ({args.prompt} prompt + "
-          f"{args.completion} completion) tokens, {args.dtype}, {args.repeats} runs a side:")
+    shape = (f"{args.rows} rows x ({args.prompt} prompt + {args.completion} completion) tokens"
+             if args.part == "update" else f"{args.rows} prompts x {args.prompt} tokens")
+    what = "one update pass" if args.part == "update" else "the shared prefill"
+    print(f"{what}, {args.model}, {shape}, {args.dtype}, {args.repeats} runs a side:")
     for side, values in found.items():
         print(f"  {side:<6} peak +{statistics.median(values):.0f} MiB "
               f"(range {min(values):.0f}-{max(values):.0f})")
