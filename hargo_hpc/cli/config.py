@@ -72,7 +72,7 @@ def config_check(job: str, overrides: tuple[str, ...]) -> None:
 
     needs_reference = resolve_algorithm(cfg.algorithm).needs_reference
     with one_line(ValueError, prefix=f"{job}: "):
-        arch = architecture_of(cfg.model.path)
+        arch = architecture_of(cfg.model.path, cfg.model.revision)
         plan = memory_plan(cfg, arch, needs_reference)
     host = host_plan(cfg, arch, needs_reference)
     for line in plan_lines(plan, arch, host):

@@ -26,7 +26,8 @@ def _plan(job: str, overrides: tuple[str, ...], python: str | None = None,
 
     config = load_config(job, list(overrides))
     with one_line(ValueError, FileNotFoundError):  # a site template's error
-        plan = plan_submission(config, job, python=python, config_dir=config_dir)
+        plan = plan_submission(config, job, python=python, config_dir=config_dir,
+                               fetch_models=True)  # a hub id, once, here on the login node
         for planned in plan.jobs:
             render_job(plan, planned)
     return plan

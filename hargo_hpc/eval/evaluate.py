@@ -248,7 +248,7 @@ class Answerer:
             model, self.tokenizer = load_policy(
                 model_path, dtype=config.model.dtype,
                 trust_remote_code=config.model.trust_remote_code,
-                cache_dir=config.model.cache_dir or None)
+                cache_dir=config.model.cache_dir or None, revision=config.model.revision)
             self.format = resolve_format(config.data.prompt_format, self.tokenizer)
         except ValueError as err:
             raise EvalError(f"{model_path}: {err}") from None

@@ -110,12 +110,15 @@ class Plan:
 
 
 def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
-                    python: str | None = None, config_dir: Path | None = None) -> Plan:
+                    python: str | None = None, config_dir: Path | None = None,
+                    fetch_models: bool = False) -> Plan:
     """The runs and jobs of `config` (module docstring); ConfigError for a sweep that cannot
     be run (a bad key, a [bench] / [handoff] / [slurm] key swept: one worker array and one
     set of batch resources serve every run). The runs' resolved configs go into their run
     directories, or into `config_dir` (`hargo render`: next to the scripts) as
-    `<label or run.name>.toml`."""
+    `<label or run.name>.toml`. A hub id in model.path becomes its snapshot directory in the
+    runs' configs (`resolve_model`; downloaded here when `fetch_models` and not cached), so
+    the jobs never look it up."""
     from hargo_hpc.tasks.registry import get_task
 
     root = config.run_dir().absolute()
@@ -130,6 +133,8 @@ def plan_submission(config: ExperimentConfig, source: str = "<config>", *,
         if res.signal_lead_s >= minutes(res.time) * 60:
             raise ConfigError(f"{source}: slurm.{kind}.signal_lead_s ({res.signal_lead_s} s) "
                               f"must be shorter than its time limit ({res.time})")
+    points = [(label, with_local_model(point, fetch_models), overrides)
+              for label, point, overrides in points]
     for label, point, _ in points:
         where = f"{source}" + (f" (sweep point {label})" if label else "")
         check_ranks(point, where)
@@ -217,6 +222,18 @@ def check_ranks(config: ExperimentConfig, where: str) -> None:
                           f"{res.ntasks_per_node} task(s)): {err}") from None
 
 
+def with_local_model(config: ExperimentConfig, fetch: bool) -> ExperimentConfig:
+    """`config` with model.path a directory where it named a hub id (its snapshot in the HF
+    cache, fetched when `fetch`); HubError (one line) when it is neither cached nor fetched."""
+    from hargo_hpc.train.model.hub import resolve_model
+
+    model = config.model
+    path = resolve_model(model.path, model.revision, download=fetch)
+    if path == model.path:
+        return config
+    return config.model_copy(update={"model": model.model_copy(update={"path": path})})
+
+
 def check_memory(config: ExperimentConfig, where: str) -> None:
     """ConfigError (one line) when the training job's estimated peak a GPU exceeds
     slurm.train.gpu_memory_gib (when set) or its host memory a node exceeds slurm.train.mem
@@ -230,11 +247,12 @@ def check_memory(config: ExperimentConfig, where: str) -> None:
         host_refusal,
         memory_plan,
     )
+    from hargo_hpc.train.model.hub import HubError
 
     limit = config.slurm.train.gpu_memory_gib
     try:
-        arch = architecture_of(config.model.path)
-    except MemoryPlanError as err:
+        arch = architecture_of(config.model.path, config.model.revision)
+    except (MemoryPlanError, HubError) as err:
         if not limit:
             return  # nothing asked to be checked, and the shape is on the cluster only
         raise ConfigError(f"{where}: slurm.train.gpu_memory_gib is set, but {err}") from None

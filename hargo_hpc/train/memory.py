@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hargo_hpc.config import ExperimentConfig, token_budgets
 from hargo_hpc.errors import HargoError
+from hargo_hpc.train.model.hub import resolve_model
 from hargo_hpc.train.model.recipes import SMOLLM2_ARCHITECTURE, TINY_RECIPE
 
 GIB = 2**30
@@ -68,8 +69,10 @@ def architecture_from(config: dict) -> Architecture:
         raise MemoryPlanError(f"the model's config has no usable {err}") from None
 
 
-def architecture_of(path: str) -> Architecture:
-    """The shape of `model.path`: the tiny recipe, SmolLM2's, or a directory's config.json."""
+def architecture_of(path: str, revision: str | None = None) -> Architecture:
+    """The shape of `model.path`: the tiny recipe, SmolLM2's, or a directory's (a hub id's
+    snapshot's) config.json."""
+    path = resolve_model(path, revision)
     if path == "tiny":
         spec = TINY_RECIPE["model"]
         return architecture_from({**spec, "vocab_size": TINY_RECIPE["tokenizer"]["vocab_size"]})

@@ -135,7 +135,8 @@ def load_models(config: ExperimentConfig, needs_reference: bool
     lora = None
     kwargs: dict[str, Any] = {"dtype": section.dtype,
                               "trust_remote_code": section.trust_remote_code,
-                              "cache_dir": section.cache_dir or None}
+                              "cache_dir": section.cache_dir or None,
+                              "revision": section.revision}
     try:
         if section.lora_r:
             lora = LoraOptions(r=section.lora_r, alpha=section.lora_alpha,

@@ -29,6 +29,7 @@ import torch
 
 from hargo_hpc.bench.cache import user_cache_dir
 from hargo_hpc.files import TEMP_PREFIX, publish_directory
+from hargo_hpc.train.model.hub import resolve_model
 from hargo_hpc.train.model.tiny_corpus import CORPUS
 
 DTYPES: Mapping[str, torch.dtype] = {
@@ -344,8 +345,9 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def _load_base(path: str, dtype: str, trust_remote_code: bool,
-               cache_dir: Path | str | None) -> tuple[Any, Any]:
+               cache_dir: Path | str | None, revision: str | None = None) -> tuple[Any, Any]:
     torch_dtype = _dtype(dtype)
+    path = resolve_model(path, revision)  # a hub id: its snapshot in the HF cache
     if path == "tiny":
         return _load_dir(tiny_dir(cache_dir), torch_dtype, False, fast_tokenizer=True)
     if path == "smollm2":
@@ -358,7 +360,8 @@ def _load_base(path: str, dtype: str, trust_remote_code: bool,
     if target.exists():
         raise ValueError(f"model path {path}: neither a directory nor a .gguf file")
     raise ValueError(f"model path {path}: no such directory or file "
-                     "(use an HF checkpoint directory, a .gguf file, 'tiny' or 'smollm2')")
+                     "(use an HF checkpoint directory, a hub id owner/name, a .gguf file, "
+                     "'tiny' or 'smollm2')")
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
@@ -399,14 +402,14 @@ def apply_lora(model: Any, options: LoraOptions) -> Any:
 def load_policy(
     path: str, *, dtype: str = "float32", trust_remote_code: bool = False,
     lora: LoraOptions | None = None, cache_dir: Path | str | None = None,
-    gradient_checkpointing: bool = False,
+    gradient_checkpointing: bool = False, revision: str | None = None,
 ) -> tuple[Any, Any]:
     """The trainable policy and its tokenizer (pad token set, left padding); with `lora`, a
     peft model whose adapters are the only trainable parameters; with
     `gradient_checkpointing`, each decoder layer's activations are recomputed in the backward
     pass (transformers' non-reentrant checkpointing: it needs no input that requires grad, so
     it works under LoRA too; generation, in eval mode, is unaffected)."""
-    model, tokenizer = _load_base(path, dtype, trust_remote_code, cache_dir)
+    model, tokenizer = _load_base(path, dtype, trust_remote_code, cache_dir, revision)
     prepare_tokenizer(tokenizer)
     _match_pad(model, tokenizer)
     if gradient_checkpointing:
@@ -422,12 +425,13 @@ def load_policy(
 def load_reference(
     path: str, *, dtype: str = "float32", trust_remote_code: bool = False,
     lora: LoraOptions | None = None, cache_dir: Path | str | None = None,
+    revision: str | None = None,
 ) -> Any:
     """A frozen copy of the policy's initial weights: every parameter `requires_grad=False`, eval
     mode. `lora` is accepted so the call can mirror `load_policy`'s, and ignored: the adapters
     start at B = 0, so the base model without adapters *is* the initial policy."""
     del lora
-    model, tokenizer = _load_base(path, dtype, trust_remote_code, cache_dir)
+    model, tokenizer = _load_base(path, dtype, trust_remote_code, cache_dir, revision)
     prepare_tokenizer(tokenizer)
     _match_pad(model, tokenizer)
     for parameter in model.parameters():
