@@ -10,23 +10,29 @@ writes); another baseline (a checkpoint directory, `smollm2`) is answered by eac
 The key is the SHA-256 of what the answers depend on: the model's directory and the size and
 mtime of each file in it, the prompt format, the seed, each task's example ids and decoding
 (`TaskPlan.decoding`), the split, the rewards settings and, with a remote task, the bench
-settings. The first evaluation to come takes an exclusive lock (`fcntl.flock`) on
-`<key>.lock`, computes and writes the answers atomically; the others wait on the lock, then
-read them. An unreadable cache entry is computed again.
+settings. No lock (flock fails on Lustre without its `flock` mount option and is node-local
+with `localflock`): the first evaluation to come claims the key as the handoff claims a
+request, by creating `<key>.claim.<attempt>` with O_EXCL, renews its lease by touching it
+while it computes, writes the answers atomically and removes its claim; the others wait and
+read them. A claim whose mtime stands still for a lease (its holder died) is taken over by
+creating the next attempt's claim (docs/handoff.md, "Leases and the lease clock"). An
+unreadable cache entry is computed again.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hargo_hpc.files import write_atomic
+from hargo_hpc.handoff.atomic import open_exclusive, touch
+from hargo_hpc.handoff.claims import LeaseObserver
 from hargo_hpc.runs import RunLayout
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
 ANSWERS = "answers.json"
 WAIT_LOG_S = 60.0  # a waiting evaluation says so this often
 POLL_S = 1.0
+LEASE_S = 120.0  # a claim unchanged this long (the holder renews every quarter) is taken over
 
 
 def cache_root(model: str) -> Path | None:
@@ -70,31 +77,31 @@ def answers_key(model: str, config: ExperimentConfig, plans: dict[str, TaskPlan]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
-@contextlib.contextmanager
-def _locked(lock: Path, log: Log, what: str, deadline_s: float) -> Iterator[None]:
-    """Hold an exclusive flock on `lock`, waiting at most `deadline_s`."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as handle:
-        started = last_said = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                now = time.monotonic()
-                if now - started > deadline_s:
-                    from hargo_hpc.eval.plans import EvalError
+def _attempts(root: Path, key: str) -> list[int]:
+    """The attempt numbers of `key`'s claims in `root`, in increasing order."""
+    prefix = f"{key}.claim."
+    found = [name.removeprefix(prefix) for name in (p.name for p in root.glob(f"{prefix}*"))]
+    return sorted(int(n) for n in found if n.isdigit())
 
-                    raise EvalError(f"{lock}: another evaluation has held this lock on {what}'s "
-                                    f"answers for over {deadline_s:.0f} s") from None
-                if now - last_said >= WAIT_LOG_S:
-                    log(f"waiting for another evaluation computing {what}'s answers ({lock})")
-                    last_said = now
-                time.sleep(POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+
+@contextlib.contextmanager
+def _renewing(claim: Path, lease_s: float) -> Iterator[None]:
+    """Touch `claim` every lease_s / 4 from a thread while the body runs; remove it after."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(lease_s / 4):
+            with contextlib.suppress(OSError):
+                touch(claim)
+
+    thread = threading.Thread(target=renew, name=f"renew {claim.name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        claim.unlink(missing_ok=True)
 
 
 def _read(file: Path, plans: dict[str, TaskPlan]) -> Answers | None:
@@ -115,23 +122,54 @@ def _read(file: Path, plans: dict[str, TaskPlan]) -> Answers | None:
 
 def cached_answers(model: str, config: ExperimentConfig, plans: dict[str, TaskPlan], *,
                    split: str, log: Log, compute: Callable[[], Answers],
-                   deadline_s: float = 6 * 3600.0) -> Answers:
-    """`model`'s answers to `plans`: read from its cache, or computed by `compute` (under the
-    lock, then written there); computed without a cache for a model that has none."""
+                   deadline_s: float = 6 * 3600.0, lease_s: float = LEASE_S) -> Answers:
+    """`model`'s answers to `plans`: read from its cache, or computed by `compute` (under this
+    evaluation's claim of the key, then written there); computed without a cache for a model
+    that has none."""
     root = cache_root(model)
     if root is None:
         return compute()
     key = answers_key(model, config, plans, split)
     file = root / key / ANSWERS
-    with _locked(root / f"{key}.lock", log, model, deadline_s):
+    root.mkdir(parents=True, exist_ok=True)
+    observer = LeaseObserver(lease_s)
+    started = last_said = time.monotonic()
+    while True:
         found = _read(file, plans)
         if found is not None:
             log(f"the baseline's answers: reused from {file}")
             return found
-        answers = compute()
-        payload: dict[str, Any] = {"model": model, "texts": answers.texts,
-                                   "records": answers.records}
-        file.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(file, json.dumps(payload, ensure_ascii=False) + "\n")
-        log(f"the baseline's answers: written to {file}")
-        return answers
+        attempts = _attempts(root, key)
+        latest = attempts[-1] if attempts else 0
+        if latest == 0 or observer.expired(root / f"{key}.claim.{latest}"):
+            claim = root / f"{key}.claim.{latest + 1}"
+            if open_exclusive(claim, {"model": model, "attempt": latest + 1}):
+                with _renewing(claim, lease_s):
+                    return _compute_and_write(model, file, plans, compute, log)
+            continue  # another evaluation took it first
+        now = time.monotonic()
+        if now - started > deadline_s:
+            from hargo_hpc.eval.plans import EvalError
+
+            raise EvalError(f"{root / key}: another evaluation has computed {model}'s answers "
+                            f"for over {deadline_s:.0f} s (claim {latest})")
+        if now - last_said >= WAIT_LOG_S:
+            log(f"waiting for another evaluation computing {model}'s answers "
+                f"({root / f'{key}.claim.{latest}'})")
+            last_said = now
+        time.sleep(POLL_S)
+
+
+def _compute_and_write(model: str, file: Path, plans: dict[str, TaskPlan],
+                       compute: Callable[[], Answers], log: Log) -> Answers:
+    """`compute` the answers (again, if a damaged entry is there) and write them atomically."""
+    found = _read(file, plans)  # written by an earlier holder just before its claim went
+    if found is not None:
+        return found
+    answers = compute()
+    payload: dict[str, Any] = {"model": model, "texts": answers.texts,
+                               "records": answers.records}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(file, json.dumps(payload, ensure_ascii=False) + "\n")
+    log(f"the baseline's answers: written to {file}")
+    return answers

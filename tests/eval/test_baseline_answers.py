@@ -1,4 +1,5 @@
-"""The baseline's answers are computed once and reused: by key, under a lock, atomically."""
+"""The baseline's answers are computed once and reused: by key, under a claim with a lease
+(no lock), atomically."""
 
 from __future__ import annotations
 
@@ -110,3 +111,64 @@ def test_a_model_without_a_cache_is_answered_each_time() -> None:
         cached_answers("tiny", CONFIG, plans(), split="eval", log=lambda _: None,
                        compute=lambda: calls.append(1) or Answers({"mlperf_qa": ["a"] * 3}))
     assert len(calls) == 2
+
+
+def test_a_dead_evaluations_claim_is_taken_over_after_its_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim nobody renews (its evaluation was killed) stands still for a lease: the next
+    evaluation takes the next attempt's claim, computes, writes, and removes its claim."""
+    monkeypatch.setattr(baseline_answers, "POLL_S", 0.01)
+    export = str(run_export(tmp_path / "sft"))
+    key = answers_key(export, CONFIG, plans(), "eval")
+    root = RunLayout(tmp_path / "sft").baseline_answers
+    root.mkdir(parents=True)
+    (root / f"{key}.claim.1").write_text("{}")  # its holder is gone
+    said: list[str] = []
+    found = cached_answers(export, CONFIG, plans(), split="eval", log=said.append,
+                           compute=lambda: Answers({"mlperf_qa": ["a", "b", "c"]}),
+                           lease_s=0.3)
+    assert found.texts == {"mlperf_qa": ["a", "b", "c"]}
+    assert sorted(p.name for p in root.iterdir()) == [key, f"{key}.claim.1"]  # 2: removed
+    assert said[-1].startswith("the baseline's answers: written to")
+
+
+COMPUTE_ONCE = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from eval.test_baseline_answers import CONFIG, plans
+from hargo_hpc.eval import baseline_answers
+from hargo_hpc.eval.evaluate import Answers
+baseline_answers.POLL_S = 0.01
+
+def compute():
+    with open({marker!r}, "a") as marker:
+        marker.write("computed\\n")
+    time.sleep(1.0)  # long enough for the other process to find the claim held
+    return Answers({{"mlperf_qa": ["x", "y", "z"]}})
+
+found = baseline_answers.cached_answers({export!r}, CONFIG, plans(), split="eval",
+                                        log=lambda _: None, compute=compute, lease_s=5.0)
+print(found.texts["mlperf_qa"])
+"""
+
+
+def test_two_evaluation_processes_compute_the_answers_once(tmp_path: Path) -> None:
+    """Two processes at once (as two eval jobs on two nodes): one claims and computes, the
+    other waits and reads; no lock is taken anywhere."""
+    import subprocess
+    import sys
+
+    export = str(run_export(tmp_path / "sft"))
+    marker = tmp_path / "computed.txt"
+    script = COMPUTE_ONCE.format(tests=str(Path(__file__).resolve().parents[1]),
+                                 marker=str(marker), export=export)
+    runs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    for run, (out, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, err[-2000:]
+        assert out.strip() == "['x', 'y', 'z']"
+    assert marker.read_text() == "computed\n"
+    key = answers_key(export, CONFIG, plans(), "eval")
+    assert not list(RunLayout(tmp_path / "sft").baseline_answers.glob(f"{key}.claim.*"))
