@@ -8,7 +8,7 @@ of an array of example indices (`UnitMetrics`), returning the task's whole metri
 rows of those examples. Each resample's dict is computed once and shared by every key
 (`Memo`); the keys are the metrics that are fractions or means (floats), not the counts.
 
-    intervals   each key: its value on all n examples and the percentile-bootstrap 95 %
+    intervals   each key: its value on all n examples and the BCa bootstrap 95 %
                 interval (`intervals.bootstrap`, seeded)
     paired      each key: after − before on the same resampled examples
                 (`intervals.paired_difference`): what the examples share cancels

@@ -136,3 +136,25 @@ def test_pooling_also_resamples_each_seeds_examples() -> None:
     noisy = mean_metric(list(np.random.default_rng(0).normal(0, 1, 60)))
     found = over_seeds([(noisy, 60)] * 3)
     assert found.pooled is not None and found.pooled.high - found.pooled.low > 0.2
+
+
+def test_bca_where_it_is_defined_and_percentile_where_it_is_not() -> None:
+    """A skewed metric (the mean of 12 log-normal draws, like GEMM's 12 shapes): the interval
+    is scipy's BCa one, which leans towards the long tail more than the percentile interval
+    does; a metric equal on every leave-one-out set has no acceleration (BCa undefined) and
+    falls back to percentiles: here a zero-width interval, never NaN."""
+    from scipy import stats
+
+    values = np.random.default_rng(7).lognormal(0.0, 1.0, 12)
+    got = bootstrap(mean_metric(list(values)), 12, seed=3)
+    for method in ("BCa", "percentile"):
+        want = stats.bootstrap((np.arange(12),), lambda idx: float(values[idx].mean()),
+                               vectorized=False, n_resamples=1000, method=method,
+                               random_state=np.random.default_rng(3)).confidence_interval
+        if method == "BCa":
+            assert (got.low, got.high) == pytest.approx((want.low, want.high))
+            bca_high = want.high
+        else:
+            assert bca_high > want.high  # BCa reaches further into the right tail
+    flat = bootstrap(mean_metric([0.5] * 12), 12)
+    assert (flat.value, flat.low, flat.high) == (0.5, 0.5, 0.5)
