@@ -305,7 +305,7 @@ def failure_share(run: dict[str, Any]) -> tuple[int, int]:
     steps = run["steps"][-max(1, len(run["steps"]) // 5):]
     failed = sum((s.get("bench/status/compile_error") or 0)
                  + (s.get("bench/status/format_violation") or 0) for s in steps)
-    return int(failed), int(sum(s.get("rewards/scored") or 0 for s in steps))
+    return int(failed), int(sum(s.get("rows/scored") or 0 for s in steps))
 
 
 def gate_text(met: bool) -> str:

@@ -34,6 +34,7 @@ from hargo_hpc.algorithms.registry import EstimatorName, PolicyLossName
 from hargo_hpc.bench.settings import BenchSettings
 from hargo_hpc.config.evaluation import EvalSettings
 from hargo_hpc.config.training import (
+    LoggingSection,
     ModelSection,
     RolloutSection,
     SftSection,
@@ -261,6 +262,7 @@ class ExperimentConfig(_Section):
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     training: TrainingSection = Field(default_factory=TrainingSection)
     sft: SftSection = Field(default_factory=SftSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
     rewards: RewardSettings = Field(default_factory=RewardSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     handoff: HandoffSettings = Field(default_factory=HandoffSettings)

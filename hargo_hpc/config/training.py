@@ -1,4 +1,5 @@
-"""The trainer's sections of a job file: `[model]`, `[rollout]`, `[training]`, `[sft]`.
+"""The trainer's sections of a job file: `[model]`, `[rollout]`, `[training]`, `[sft]`,
+`[logging]`.
 
 Pure pydantic, no torch: a login node reads these without the ML stack. What each field does
 in a run: docs/training.md.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -178,3 +179,35 @@ def check_batch_shape(
             f"training.grad_accum ({accum})"
         )
     return accum
+
+
+BUILT_IN_TRACKERS = ("tensorboard", "wandb", "mlflow")
+
+
+class LoggingSection(_Section):
+    report_to: list[str] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="where each step's metrics go besides metrics.jsonl: any of tensorboard, "
+        "wandb, mlflow, or 'module:factory' (a tracker of your own; docs/training.md, "
+        "'Watching a run'); [] for none")
+    wandb_project: str = Field("hargo-hpc", min_length=1, description="the W&B project")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline", description="offline (default: compute nodes have no network; `wandb sync` "
+        "the run's wandb/ directory from a login node) or online")
+    mlflow_tracking_uri: str = Field(
+        "", description="the MLflow tracking URI (a server, sqlite:///…); '' = a file store "
+        "in the run directory (mlruns/; MLflow 3 keeps it in maintenance mode, and hargo opts "
+        "in with MLFLOW_ALLOW_FILE_STORE)")
+    mlflow_experiment: str = Field("hargo-hpc", min_length=1,
+                                   description="the MLflow experiment's name")
+
+    @field_validator("report_to")
+    @classmethod
+    def _known_or_importable(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if name not in BUILT_IN_TRACKERS and ":" not in name:
+                raise ValueError(f"unknown tracker {name!r}: use {', '.join(BUILT_IN_TRACKERS)} "
+                                 "or 'module:factory'")
+        if len(set(names)) != len(names):
+            raise ValueError(f"a tracker named twice in {names}")
+        return names

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.slurm.jobs import FINISHED, SlurmError, _run
 from hargo_hpc.slurm.manifest import JobEntry, Manifest, ManifestError
@@ -270,6 +271,9 @@ def status(manifest: Manifest, states: dict[str, str] | None = None) -> Submissi
     if local:
         notes.append(f"executor {manifest.executor}: the jobs ran as local processes, which "
                      "sacct does not know; progress is read from the files")
+    for run in manifest.runs:
+        notes.extend(f"run {run.index} metrics: {line}"
+                     for line in where_to_look_of(run.config, run.dir))
     handoff = _handoff(manifest.handoff_dir, notes) if manifest.handoff_dir else None
     return SubmissionStatus(manifest.name, manifest.root, manifest.executor, jobs, runs,
                             handoff, notes)
@@ -301,6 +305,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def where_to_look_of(config_file: str, run_dir: str) -> list[str]:
+    """Where a run's trackers keep its metrics (`train.trackers.where_to_look`); nothing when
+    its config is unreadable."""
+    from hargo_hpc.config import load_config
+    from hargo_hpc.train.trackers import where_to_look
+
+    try:
+        config = load_config(config_file)
+    except (HargoError, OSError):
+        return []
+    return where_to_look(config, RunLayout(Path(run_dir)))
 
 
 def configured_steps(config_file: str) -> int | None:

@@ -94,6 +94,19 @@ def train(config: ExperimentConfig, *, resume: bool = False, log: Log = print,
             distributed.teardown()
 
 
+def _trackers(config: ExperimentConfig, paths: RunLayout, log: Log) -> list[Any]:
+    """Rank 0's trackers (`logging.report_to`), and where to look at each, said once."""
+    from hargo_hpc.train.trackers import TrackerError, make_trackers, where_to_look
+
+    try:
+        made = make_trackers(config, paths)
+    except TrackerError as err:
+        raise TrainError(str(err)) from None
+    for line in where_to_look(config, paths):
+        log(f"metrics: {line}")
+    return made
+
+
 def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgorithm, accum: int,
            env: distributed.DistEnv, *, resume: bool, log: Log,
            on_step: Callable[[dict[str, Any]], object] | None, progress: bool) -> TrainResult:
@@ -112,7 +125,8 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
                                  stop=stop, log=log, progress=progress)
     t, main = config.training, env.is_main
     saved: Path | None = checkpoint
-    writing = (m.MetricsWriter(paths.metrics, paths.tensorboard) if main
+    writing = (m.MetricsWriter(paths.metrics, _trackers(config, paths, log),
+                               running={"tokens/step": "num_tokens"}) if main
                else contextlib.nullcontext(DiscardWriter()))
     with workers or contextlib.nullcontext(), stop, writing as writer:
         if state.step == 0 and config.sft.steps and not warm_start(

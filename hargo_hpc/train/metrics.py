@@ -31,7 +31,7 @@ STEP_KEYS: tuple[str, ...] = (
     "step", "optimizer_steps", "learning_rate",
     # rewards
     "reward", "reward_std", "frac_reward_zero_std", "reward_shaped",
-    "rewards/scored", "rewards/unscored", "rewards/overlong_penalty", "rewards/kl_penalty",
+    "rows/scored", "rows/unscored", "shaping/overlong_penalty", "shaping/kl_penalty",
     "rows/in_loss",
     # the update
     "loss", "pg_loss", "kl", "entropy", "approx_kl", "ratio_mean", "ratio_std",
@@ -49,7 +49,7 @@ STEP_KEYS: tuple[str, ...] = (
     "dpo/pairs", "dpo/reward_accuracy", "dpo/margin", "dpo/chosen_reward", "dpo/rejected_reward",
     "sft/nll", "sft/tokens",
     # throughput and time
-    "num_tokens", "tokens_per_s",
+    "tokens/step", "num_tokens", "tokens_per_s",
     *(f"timing_s/{phase}" for phase in PHASES), "timing_s/reward_wait", "timing_s/step",
 )
 TASK_KEYS = ("count", "reward_mean", "reward_std", "contrast_share", "completion_length",
@@ -247,30 +247,38 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 
 class MetricsWriter:
-    """Appends one JSON line per step to `path` (flushed each time) and mirrors the numbers to
-    TensorBoard under `tb_dir` when the `tensorboard` package is installed."""
+    """Appends one JSON line per step to `path` (flushed each time) and gives each tracker
+    (`train.trackers`) the record's finite numbers. `running` maps a per-step key to the key of
+    its running total (TRL's cumulative `num_tokens`), carried on from the file's last record
+    (a resumed run, its records after the checkpoint already cut)."""
 
-    def __init__(self, path: Path, tb_dir: Path | None = None) -> None:
+    def __init__(self, path: Path, trackers: Sequence[Any] = (),
+                 running: Mapping[str, str] | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        last = read_records(path)[-1:] if path.is_file() else []
+        self._totals = {total: float(last[0].get(total) or 0.0) if last else 0.0
+                        for total in (running or {}).values()}
+        self._running = dict(running or {})
         self._file = path.open("a", encoding="utf-8")
-        self._tb = _tensorboard(tb_dir) if tb_dir is not None else None
+        self._trackers = list(trackers)
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps(clean(dict(record)), allow_nan=False) + "\n")
+        record = dict(record)
+        for key, total in self._running.items():
+            self._totals[total] += float(record.get(key) or 0.0)
+            record[total] = self._totals[total]
+        self._file.write(json.dumps(clean(record), allow_nan=False) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            step = int(record["step"])
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(
-                        value, bool) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
+        if self._trackers:
+            values = numbers(record)
+            for tracker in self._trackers:
+                tracker.log(values, int(record["step"]))
 
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        for tracker in self._trackers:
+            tracker.close()
 
     def __enter__(self) -> MetricsWriter:
         return self
@@ -279,12 +287,11 @@ class MetricsWriter:
         self.close()
 
 
-def _tensorboard(directory: Path) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard is optional
-        return None
-    return SummaryWriter(log_dir=str(directory))
+def numbers(record: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers of a step's record (not the step; no booleans, None or NaN)."""
+    return {key: float(value) for key, value in record.items()
+            if key != "step" and isinstance(value, (int, float))
+            and not isinstance(value, bool) and math.isfinite(value)}
 
 
 def truncate_after(path: Path, step: int) -> int:

@@ -35,10 +35,10 @@ def step_record(rollout: Rollout, rows: StepRows, rewards: Rewards, adv: Advanta
     record.update(m.reward_stats(task_list, scored_list, group_list))
     record.update({
         "reward_shaped": m.masked_mean(adv.rewards, rewards.scored.float()),
-        "rewards/scored": float(sum(scored_list)),
-        "rewards/unscored": float(len(scored_list) - sum(scored_list)),
-        "rewards/overlong_penalty": float(rewards.overlong.mean()),
-        "rewards/kl_penalty": float(adv.kl_penalty.mean()),
+        "rows/scored": float(sum(scored_list)),
+        "rows/unscored": float(len(scored_list) - sum(scored_list)),
+        "shaping/overlong_penalty": float(rewards.overlong.mean()),
+        "shaping/kl_penalty": float(adv.kl_penalty.mean()),
         "rows/in_loss": float(adv.keep.sum()),
         "advantages/abs_mean": m.masked_mean(adv.advantages.abs(), adv.keep.float()),
     })
@@ -68,7 +68,7 @@ def step_record(rollout: Rollout, rows: StepRows, rewards: Rewards, adv: Advanta
     timing["timing_s/reward_wait"] = rewards.batch.wait_s
     record["rollout/staleness"] = staleness
     record.update(timing)
-    record["num_tokens"] = num_tokens
+    record["tokens/step"] = num_tokens  # `num_tokens`, their running total: MetricsWriter
     record["tokens_per_s"] = num_tokens / max(timing["timing_s/step"], 1e-9)
     return record
 

@@ -481,7 +481,7 @@ def every_completion_scored_once(gemm: Gemm) -> dict[str, Any]:
     records = m.read_records(run_dir / "metrics.jsonl")
     assert [r["step"] for r in records] == list(range(1, GEMM_STEPS + 1))
     for record in records:
-        assert record["rewards/scored"] == PER_STEP and record["rewards/unscored"] == 0, record
+        assert record["rows/scored"] == PER_STEP and record["rows/unscored"] == 0, record
         assert record["tasks/gemm/scored"] == PER_STEP, record
     for step in range(1, GEMM_STEPS + 1):
         rows = read_jsonl(RunLayout(run_dir).rollouts(step))

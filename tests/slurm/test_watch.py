@@ -192,7 +192,8 @@ def make_manifest(root: Path, *, executor: str = "slurm", runs: int = 2,
         run_dir = root / f"lr{i}"
         run_dir.mkdir(parents=True, exist_ok=True)
         config = run_dir / "config.toml"
-        config.write_text("[run]\nname = 'w'\n\n[training]\nsteps = 10\nlr = 1e-6\n")
+        config.write_text("[run]\nname = 'w'\n\n[training]\nsteps = 10\nlr = 1e-6\n\n"
+                          "[[data.tasks]]\nname = 'plp_qa'\n")
         entries.append(RunEntry(i, f"lr{i}", str(run_dir), str(config), "abc"))
     jobs = [
         JobEntry("train", str(root / "scripts/train.sh"), f"0-{runs - 1}", runs, job_id="123",
@@ -251,6 +252,8 @@ def test_status_table_shows_states_progress_and_the_handoff(tmp_path: Path) -> N
     assert ["1", "lr1", "COMPLETED", "10/10", "-", "yes"] in rows, text
     assert (f"handoff {manifest.handoff_dir}: 1 open step, 3 pending benchmarks, "
             "1 live worker") in text
+    for run in manifest.runs:  # where each run's trackers write (logging.report_to)
+        assert f"run {run.index} metrics: tensorboard --logdir {run.dir}/tensorboard" in text
     assert not found.finished()
     as_dict = found.to_dict()
     assert as_dict["runs"][0]["reward"] == 0.5 and as_dict["handoff"]["pending"] == 3

@@ -80,7 +80,7 @@ def test_two_steps_of_every_preset(tmp_path: Path, name: str) -> None:
     for record in records:
         assert set(m.STEP_KEYS) <= record.keys()
         assert math.isfinite(record["loss"])
-        assert record["rewards/scored"] == 8 and record["rows/in_loss"] >= 1
+        assert record["rows/scored"] == 8 and record["rows/in_loss"] >= 1
         assert record["optimizer_steps"] == record["step"]  # 8 rows, accum 2: one per step
         for key in ("count", "reward_mean", "completion_length"):
             assert record[f"tasks/plp_qa/{key}"] is not None
@@ -98,7 +98,7 @@ def test_two_steps_of_every_preset(tmp_path: Path, name: str) -> None:
     if algorithm.hargo is not None:
         assert last["hargo/weight_mean"] == pytest.approx(1.0, abs=1e-5)
     if algorithm.kl_in_reward:
-        assert records[-1]["rewards/kl_penalty"] != 0.0  # the policy moved off the reference
+        assert records[-1]["shaping/kl_penalty"] != 0.0  # the policy moved off the reference
     # parameters changed, and the export, the checkpoint and the finished marker are there
     assert changed(initial_weights(), exported(result)) > 0
     assert result.checkpoint is not None and result.checkpoint.name == "step_000002"
@@ -184,7 +184,7 @@ def test_unscored_completions_are_dropped_from_the_loss(tmp_path: Path,
 
     monkeypatch.setattr(rewards, "RewardRouter", Unscoring)
     result, [record] = run(make_config(tmp_path, training={"steps": 1}))
-    assert record["rewards/unscored"] == 2 and record["rewards/scored"] == 6
+    assert record["rows/unscored"] == 2 and record["rows/scored"] == 6
     assert record["rows/in_loss"] == 6
     rows = m.read_records(result.run_dir / "rollouts" / "step_000001.jsonl")
     assert [r["in_loss"] for r in rows] == [i not in (0, 5) for i in range(8)]
@@ -376,7 +376,7 @@ def test_a_gemm_step_is_rewarded_by_a_local_bench_worker(tmp_path: Path) -> None
     assert any("started 1 local bench worker" in line for line in lines)
     statuses = {k: v for k, v in record.items() if k.startswith("bench/status/")}
     assert sum(statuses.values()) == 8 == record["tasks/gemm/n"]
-    assert record["tasks/gemm/scored"] == record["rewards/scored"] == 8
+    assert record["tasks/gemm/scored"] == record["rows/scored"] == 8
     assert record["timing_s/reward_wait"] > 0
     rows = m.read_records(result.run_dir / "rollouts" / "step_000001.jsonl")
     assert {f"bench/status/{r['status']}" for r in rows} == set(statuses)
@@ -448,22 +448,19 @@ def test_reward_and_task_statistics_by_hand() -> None:
         "bench/status/ok": 2.0}
 
 
-def test_tensorboard_gets_every_number_when_installed(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    scalars: list[tuple[str, float, int]] = []
+def test_every_tracker_gets_the_finite_numbers_of_each_step(tmp_path: Path) -> None:
+    logged: list[tuple[dict[str, float], int]] = []
 
-    class Recorder:  # stands in for torch.utils.tensorboard.SummaryWriter
-        def add_scalar(self, key: str, value: float, step: int) -> None:
-            scalars.append((key, value, step))
+    class Recorder:  # a tracker of the user's own (train.trackers.Tracker)
+        def log(self, metrics: dict[str, float], step: int) -> None:
+            logged.append((dict(metrics), step))
 
-        def flush(self) -> None: ...
+        def close(self) -> None:
+            logged.append(({}, -1))
 
-        def close(self) -> None: ...
-
-    monkeypatch.setattr(m, "_tensorboard", lambda directory: Recorder())
-    with m.MetricsWriter(tmp_path / "metrics.jsonl", tmp_path / "tb") as writer:
+    with m.MetricsWriter(tmp_path / "metrics.jsonl", [Recorder()]) as writer:
         writer.write({"step": 3, "reward": 0.5, "kl": None, "nan": float("nan"), "flag": True})
-    assert scalars == [("reward", 0.5, 3)]
+    assert logged == [({"reward": 0.5}, 3), ({}, -1)]
     assert m.read_records(tmp_path / "metrics.jsonl") == [
         {"step": 3, "reward": 0.5, "kl": None, "nan": None, "flag": True}]
 

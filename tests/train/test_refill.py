@@ -53,7 +53,7 @@ def test_a_step_refills_until_it_has_enough_informative_groups(tmp_path: Path) -
         if rounds < 3:  # it stopped early: the batch was full
             assert kept == 2
         assert (len(rows) > 8) == (rounds > 1)  # a round drew prompts exactly when it ran
-        assert record["rewards/scored"] + record["rewards/unscored"] == len(rows)
+        assert record["rows/scored"] + record["rows/unscored"] == len(rows)
         assert record["rows/in_loss"] == 4 * kept
     assert any(r["dynamic_sampling/rounds"] > 1 for r in records), "no step needed a refill"
 
@@ -63,7 +63,7 @@ def test_without_refill_the_step_keeps_its_prompts(tmp_path: Path) -> None:
                         progress=False)
     for record in m.read_records(result.metrics):
         assert record["dynamic_sampling/rounds"] == 1
-        assert record["rewards/scored"] + record["rewards/unscored"] == 8
+        assert record["rows/scored"] + record["rows/unscored"] == 8
 
 
 @pytest.mark.parametrize(("algorithm", "tasks", "message"), [

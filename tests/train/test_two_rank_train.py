@@ -32,7 +32,7 @@ from ._two_rank_train import GenerationDouble, config, sft_cli_config, sft_confi
 torch.set_num_threads(1)
 STAGES = (2, 3)
 RUNS = ("z3", "z2", "sft", "sft-cli", "z2-resume", "z2-gen-stop", "z3-sharded-ref", "z3-real")
-SAME = ("rewards/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
+SAME = ("rows/scored", "rows/in_loss", "completions/mean_length", "num_tokens",
         "optimizer_steps")
 CLOSE = ("reward", "reward_std", "loss", "pg_loss", "kl", "entropy", "grad_norm",
          "hargo/contrast_ref", "hargo/weight_mean", "advantages/abs_mean")
@@ -106,7 +106,7 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
         assert_same_adam_update(got, want, before, LR, STEPS)
 
         records = m.read_records(run_dir / "metrics.jsonl")
-        assert all(r["rewards/scored"] == 8 for r in records)
+        assert all(r["rows/scored"] == 8 for r in records)
         assert_records_match(records, want_records, SAME, CLOSE, f"z{stage}")
         rollouts = [json.loads(line) for line in
                     (run_dir / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
@@ -174,7 +174,7 @@ def test_two_ranks_train_like_one_process(tmp_path: Path, monkeypatch: pytest.Mo
     run_dir = tmp_path / "two_ranks_z3_real"
     same_parameters(tmp_path, "z3-real", run_dir / "export")
     records = m.read_records(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in records] == [1, 2] and all(r["rewards/scored"] == 8
+    assert [r["step"] for r in records] == [1, 2] and all(r["rows/scored"] == 8
                                                           for r in records)
 
     def completions(run: Path) -> list[str]:
