@@ -118,6 +118,10 @@ class TrainingSection(_Section):
     save_total_limit: int = Field(
         0, ge=0, description="keep only this many checkpoints, the newest (at 7B one is ~14 B a "
         "parameter: ~100 GB); 0 = keep all")
+    export_checkpoints: bool = Field(
+        False, description="write an HF model directory (hf/) into every checkpoint, for "
+        "`hargo eval CHECKPOINT` without consolidating ZeRO shards (the weights' size again "
+        "per checkpoint)")
 
 
 class SftSection(_Section):

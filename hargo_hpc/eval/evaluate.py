@@ -25,6 +25,7 @@ from hargo_hpc.handoff.settings import STEP_SPAN
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError, Example, Task
 from hargo_hpc.tasks.registry import task_class, task_names
+from hargo_hpc.train.checkpoint_hf import checkpoint_of, hf_of_checkpoint
 
 if TYPE_CHECKING:
     from hargo_hpc.eval.compare import UnitMetrics
@@ -98,13 +99,27 @@ def resolve_target(path_or_name: str, *, out: str | None = None,
         return Target(str(run_export(path)), config, Path(out) if out else RunLayout(path).eval,
                       run_dir=path, baseline=config.model.path,
                       method=config.algorithm.name, seed=config.run.seed)
+    found = checkpoint_of(path)
+    if found is not None and is_run_dir(found[0]):  # a checkpoint: its run's tasks and split
+        run_dir, checkpoint = found
+        config = read_run_config(run_dir)
+        if tasks:
+            config = _only_tasks(config, tasks, str(run_dir))
+        try:
+            model = hf_of_checkpoint(checkpoint, config)
+        except ValueError as err:  # CheckpointError, or the run's model.path gone
+            raise EvalError(str(err)) from None
+        default_out = RunLayout(run_dir).eval.with_name(f"eval-{checkpoint.name}")
+        return Target(str(model), config, Path(out) if out else default_out, run_dir=run_dir,
+                      baseline=config.model.path, method=config.algorithm.name,
+                      seed=config.run.seed)
     if path_or_name in ("tiny", "smollm2") or is_model_dir(path):
         names = list(tasks or text_tasks())
         config = validate_config({"data": {"tasks": [{"name": n} for n in names],
                                            "eval_fraction": DEFAULT_EVAL_FRACTION}})
         return Target(path_or_name, config, Path(out) if out else Path("eval"))
-    raise EvalError(f"{path_or_name}: neither a run directory (no {RESOLVED_NAME}) nor a model "
-                    "directory (no config.json), nor 'tiny' or 'smollm2'")
+    raise EvalError(f"{path_or_name}: neither a run directory (no {RESOLVED_NAME}), a run's "
+                    "checkpoint, a model directory (no config.json), nor 'tiny' or 'smollm2'")
 
 
 def _only_tasks(config: ExperimentConfig, names: Sequence[str], where: str) -> ExperimentConfig:

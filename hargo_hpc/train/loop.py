@@ -32,6 +32,7 @@ from hargo_hpc.tasks.split import MixtureSampler
 from hargo_hpc.train import metrics as m
 from hargo_hpc.train.backend import checkpoint as ckpt
 from hargo_hpc.train.backend import distributed
+from hargo_hpc.train.checkpoint_hf import HF
 from hargo_hpc.train.deadline import REASON as DEADLINE_REASON
 from hargo_hpc.train.deadline import Deadline, lead_advice
 from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
@@ -146,6 +147,9 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
             path = ctx.engine.save_checkpoint(paths.checkpoints, f"step_{state.step:06d}",
                                               state.trainer_state(config_hash).to_dict(),
                                               loop_state)
+            if t.export_checkpoints:  # every rank (the export gathers under ZeRO-3)
+                export_model(ctx.engine, ctx.tokenizer, path / HF,
+                             lora=bool(config.model.lora_r))
             save_s = time.monotonic() - started
             if main:
                 for name in ckpt.prune(paths.checkpoints, t.save_total_limit):
