@@ -12,6 +12,7 @@ from hargo_hpc.tasks.base import DataError, Task
 from hargo_hpc.tasks.settings import RewardSettings
 
 _REGISTRY: dict[str, str] = {}
+_LOADED: dict[str, type[Task]] = {}  # tasks named by 'module:Class' in an experiment file
 
 
 def register(name: str, target: str) -> None:
@@ -27,16 +28,44 @@ def task_names() -> list[str]:
 
 
 def check_name(name: str) -> str:
-    """`name` if a task of that name is registered; else a one-line DataError listing them."""
+    """`name` if a task of that name is registered, or `module:Class` naming a Task that
+    imports (registered under that name); else a one-line DataError."""
     if name not in _REGISTRY:
-        raise DataError(f"unknown task {name!r} (registered: {', '.join(_REGISTRY)})")
+        if ":" not in name:
+            raise DataError(f"unknown task {name!r} (registered: {', '.join(_REGISTRY)}; or "
+                            "'module:Class' for a Task of your own)")
+        _imported(name)
     return name
+
+
+def _imported(spec: str) -> type[Task]:
+    """The Task class `spec` ('module:Class', on the PYTHONPATH) names, as a subclass whose
+    `name` is `spec` itself (what the experiment file says, in every job), registered."""
+    found = _LOADED.get(spec)
+    if found is not None:
+        return found
+    module, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise DataError(f"task {spec!r}: {type(err).__name__}: {err} (is its module on the "
+                        "PYTHONPATH of every node?)") from None
+    if not (isinstance(obj, type) and issubclass(obj, Task)):
+        raise DataError(f"task {spec!r}: {attr} is not a Task (a subclass of "
+                        "hargo_hpc.tasks.base.Task)")
+    named = type(obj.__name__, (obj,), {"name": spec, "__module__": obj.__module__})
+    _LOADED[spec] = named
+    _REGISTRY[spec] = spec
+    return named
 
 
 def task_class(name: str) -> type[Task]:
     """The class of task `name`; DataError (a ValueError) naming the known tasks for any other
     name."""
-    module, _, cls = _REGISTRY[check_name(name)].partition(":")
+    target = _REGISTRY[check_name(name)]
+    if target == name:  # imported by its 'module:Class' name
+        return _imported(name)
+    module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 

@@ -106,3 +106,29 @@ def test_an_unregistered_task_is_one_line_naming_the_registered(tmp_path: Path) 
 def test_a_name_is_registered_once(own: ModuleType) -> None:
     with pytest.raises(ValueError, match="already registered"):
         registry.register("mpi_routine", "my_tasks:Other")
+
+
+def test_a_task_named_module_colon_class_needs_no_registration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[[data.tasks]] name = "my_tasks:MpiRoutine"`: imported from the PYTHONPATH when the
+    config is read (in every job), its name that spec; a module that does not import and a
+    name that is not a Task are one line each."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "my_tasks.py").write_text(OWN + "\nNOT_A_TASK = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_LOADED", {})
+    monkeypatch.delitem(sys.modules, "my_tasks", raising=False)
+    result = loop.train(config(tmp_path, task="my_tasks:MpiRoutine"), log=lambda _: None,
+                        progress=False)
+    rows = [json.loads(line) for line in
+            (result.run_dir / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+    assert {row["task"] for row in rows} == {"my_tasks:MpiRoutine"} and len(rows) == 8
+    records = m.read_records(result.metrics)
+    assert all(r["tasks/my_tasks:MpiRoutine/count"] == 8 for r in records)
+    for spec, said in (("nowhere:MpiRoutine", "ModuleNotFoundError: No module named 'nowhere'"),
+                       ("my_tasks:Missing", "AttributeError"),
+                       ("my_tasks:NOT_A_TASK", "NOT_A_TASK is not a Task")):
+        with pytest.raises(ConfigError) as caught:
+            config(tmp_path, task=spec)
+        assert "\n" not in str(caught.value) and said in str(caught.value), caught.value
