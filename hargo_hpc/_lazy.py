@@ -31,3 +31,10 @@ def lazy_exports(
         return sorted({*exports, *importlib.import_module(package).__dict__})
 
     return __getattr__, __dir__, sorted(exports)
+
+
+def load_target(spec: str) -> Any:
+    """The object a `module:attr` spec names (a user's task, tracker, estimator...), imported
+    now; ImportError or AttributeError as the import raises them, for the caller to word."""
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -9,11 +9,12 @@ docs/algorithms.md, "Adding an estimator or a policy loss".
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
+
+from hargo_hpc._lazy import load_target
 
 ESTIMATORS: dict[str, str] = {}
 POLICY_LOSSES: dict[str, str] = {}
@@ -83,9 +84,8 @@ def _is_spec(name: str) -> bool:
 
 def _load(target: str, kind: str) -> Callable[..., Any]:
     check_name(kind, target)
-    module, _, attr = target.partition(":")
     try:
-        found = getattr(importlib.import_module(module), attr)
+        found = load_target(target)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"{_KINDS[kind]} {target!r}: cannot load it ({err})") from None
     if not callable(found):

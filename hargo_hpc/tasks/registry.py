@@ -6,8 +6,7 @@ embedding model). `register` refuses a name that is taken.
 
 from __future__ import annotations
 
-import importlib
-
+from hargo_hpc._lazy import load_target
 from hargo_hpc.tasks.base import DataError, Task
 from hargo_hpc.tasks.settings import RewardSettings
 
@@ -44,9 +43,9 @@ def _imported(spec: str) -> type[Task]:
     found = _LOADED.get(spec)
     if found is not None:
         return found
-    module, _, attr = spec.partition(":")
+    attr = spec.partition(":")[2]
     try:
-        obj = getattr(importlib.import_module(module), attr)
+        obj = load_target(spec)
     except (ImportError, AttributeError) as err:
         raise DataError(f"task {spec!r}: {type(err).__name__}: {err} (is its module on the "
                         "PYTHONPATH of every node?)") from None
@@ -65,8 +64,7 @@ def task_class(name: str) -> type[Task]:
     target = _REGISTRY[check_name(name)]
     if target == name:  # imported by its 'module:Class' name
         return _imported(name)
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return load_target(target)
 
 
 def get_task(name: str, rewards: RewardSettings | None = None) -> Task:

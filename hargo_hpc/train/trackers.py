@@ -7,11 +7,11 @@ each tracker gets the finite numbers of each step's record. docs/training.md, "W
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from hargo_hpc._lazy import load_target
 from hargo_hpc.config import ExperimentConfig
 from hargo_hpc.errors import HargoError
 from hargo_hpc.runs import RunLayout
@@ -51,13 +51,13 @@ def make_trackers(config: ExperimentConfig, layout: RunLayout) -> list[Tracker]:
 
 
 def _imported(spec: str) -> TrackerFactory:
-    module, _, attr = spec.partition(":")
     try:
-        factory = getattr(importlib.import_module(module), attr)
+        factory = load_target(spec)
     except (ImportError, AttributeError) as err:
         raise TrackerError(f"logging.report_to {spec!r}: {err}") from None
     if not callable(factory):
-        raise TrackerError(f"logging.report_to {spec!r}: {attr} is not callable")
+        raise TrackerError(f"logging.report_to {spec!r}: {spec.partition(':')[2]} is not "
+                           "callable")
     return factory
 
 
