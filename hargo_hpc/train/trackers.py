@@ -131,6 +131,8 @@ class MLflow:
     def __init__(self, config: ExperimentConfig, layout: RunLayout) -> None:
         if not config.logging.mlflow_tracking_uri:  # MLflow 3.x keeps its file store in
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # maintenance: opt in
+        # no usage reports from compute nodes (often offline); set it to false to allow them
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow.tracking import MlflowClient
 
         self._client = MlflowClient(tracking_uri=mlflow_uri(config, layout))
