@@ -66,7 +66,7 @@ cluster-status:  ## show the local cluster's daemons and nodes
 	scripts/slurm-cluster.sh status $(SLURM_STATE)
 
 lint: venv  ## ruff over the code, tests, benchmarks
-	$(VENV)/bin/ruff check hargo_hpc tests benchmarks scripts
+	$(VENV)/bin/ruff check hargo_hpc tests benchmarks scripts examples
 
 test: install cluster-up lint  ## everything: install, start the cluster, lint, the whole suite
 	HARGO_SLURM_STATE=$(SLURM_STATE) $(PY) -m pytest $(PYTEST_ARGS)

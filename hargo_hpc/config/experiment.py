@@ -15,11 +15,10 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import tomli_w
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -47,6 +46,7 @@ from hargo_hpc.runs import RunLayout
 from hargo_hpc.sqd import SqdSettings
 from hargo_hpc.tasks.names import PROMPT_FORMATS
 from hargo_hpc.tasks.registry import check_name as check_task_name
+from hargo_hpc.tasks.registry import define_generic
 from hargo_hpc.tasks.settings import RewardSettings
 
 ALGORITHM_NAMES = tuple(PRESETS)  # the method presets are the algorithms' to declare
@@ -68,8 +68,17 @@ class RunSection(_Section):
 
 
 class TaskSpec(_Section):
-    name: Annotated[str, AfterValidator(check_task_name)] = Field(
-        description="a registered task (tasks/registry.py)")
+    name: str = Field(
+        min_length=1, description="a registered task (tasks/registry.py), 'module:Class' (a "
+        "Task of your own), or a generic task's name (kind = 'generic')")
+    kind: Literal["task", "generic"] = Field(
+        "task", description="'generic': a task from `path` and `reward` alone (tasks/generic.py)")
+    prompt_field: str = Field("prompt", min_length=1,
+                              description="generic: the record field holding the prompt")
+    reference_field: str = Field("answer", min_length=1,
+                                 description="generic: the record field holding the reference")
+    reward: str = Field("", description="generic: 'module:function' scoring completions as "
+                        "TRL's reward functions do (prompts, completions, references)")
     path: str = Field(
         "", description="a directory of the published files, one file, the hub id "
         "HPC-GPT/HPC, or '' = the task's shipped sample",
@@ -98,6 +107,23 @@ class TaskSpec(_Section):
         None, description="this task's stop strings, besides rollout.stop; unset = the task's "
         "default (Task.stop)",
     )
+
+    @model_validator(mode="after")
+    def _a_task_that_exists(self) -> TaskSpec:
+        if self.kind == "task":
+            if self.reward:
+                raise ValueError(f"task {self.name!r}: reward is for kind = 'generic' tasks")
+            check_task_name(self.name)
+            return self
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(f"generic task {self.name!r}: a name of letters, digits, _ . -")
+        if not self.path or not self.reward:
+            raise ValueError(f"generic task {self.name!r} needs path (its data) and reward "
+                             "('module:function')")
+        define_generic(self.name, prompt_field=self.prompt_field,
+                       reference_field=self.reference_field, reward=self.reward,
+                       max_new_tokens=self.max_new_tokens)
+        return self
 
 
 class Budget(NamedTuple):

@@ -337,13 +337,15 @@ def bench_records(config: ExperimentConfig, tasks: dict[str, Task],
 # ---------------------------------------------------------------- scoring
 
 
-def row_rewards(task: Task, plan: TaskPlan, answers: Answers) -> list[float] | None:
-    """Each row's reward: `Task.reward` of a text task; None for a remote one (GEMM's
-    metrics hold its mean reward)."""
+def row_rewards(task: Task, plan: TaskPlan, answers: Answers) -> list[float | None] | None:
+    """Each row's reward: `Task.reward` of a text task (None for a row it does not score: a
+    generic task's function may say so); None for a remote one (GEMM's metrics hold its mean
+    reward)."""
     if task.remote:
         return None
     try:
-        return [float(r) for r in task.reward(plan.rows, answers.texts[task.name])]
+        return [None if r is None else float(r)
+                for r in task.reward(plan.rows, answers.texts[task.name])]
     except (DataError, ValueError) as err:
         raise EvalError(f"task {task.name}: reward: {err}") from None
 
@@ -364,8 +366,8 @@ def unit_metrics(task: Task, plan: TaskPlan, answers: Answers) -> UnitMetrics:
         except (DataError, ValueError) as err:
             raise EvalError(f"task {task.name}: {err}") from None
         if rewards is not None:
-            values["reward_mean"] = (sum(rewards[i] for i in chosen) / len(chosen)
-                                     if chosen else 0.0)
+            scored = [r for r in (rewards[i] for i in chosen) if r is not None]
+            values["reward_mean"] = sum(scored) / len(scored) if scored else 0.0
         return values
 
     return of
@@ -529,7 +531,8 @@ def write_outputs(out: Path, metrics: dict[str, Any], tasks: dict[str, Task],
                  json.dumps(metrics, indent=1, allow_nan=False) + "\n")
 
 
-def _jsonl(plan: TaskPlan, answers: Answers, rewards: Sequence[float] | None) -> str:
+def _jsonl(plan: TaskPlan, answers: Answers,
+           rewards: Sequence[float | None] | None) -> str:
     name = plan.examples[0].task if plan.examples else ""
     records = answers.records.get(name)
     lines = []

@@ -94,6 +94,7 @@ def bootstrap(metric: Metric, n: int, *, seed: int = 0, resamples: int = RESAMPL
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():  # a metric equal on every resample is a fine answer
             warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)  # BCa's 0/0 there: the fallback
             result = stats.bootstrap(
                 (everything,), lambda idx: float(metric(idx.astype(int))), vectorized=False,
                 n_resamples=resamples, confidence_level=confidence, method=method,

@@ -72,6 +72,7 @@ class Task(ABC):
     files: ClassVar[tuple[str, ...]] = ()  # the published file names (HPC-GPT), for a directory
     sample: ClassVar[str] = ""  # the shipped sample's file name in hargo_hpc/tasks/samples/
     remote: ClassVar[bool] = False  # True: rewarded by the bench through the handoff (GEMM)
+    alpaca: ClassVar[bool] = True  # its records are Alpaca's instruction / input / output
     reward_kind: ClassVar[str] = ""  # a remote task's request kind (handoff.workloads); '' = name
     staged: ClassVar[bool] = False  # True: SQD stages its prompts per problem (GEMM)
     # 'module:function' giving (user text, completion) SFT pairs of its examples, for a task

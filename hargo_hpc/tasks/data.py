@@ -106,7 +106,7 @@ def read_records(task: Task, path: str = "") -> SourceRecords:
     """The validated records of `task` at `path` (its four forms: docs/data.md, "Loading"),
     before `from_record`: what `load_examples` and `hargo data stats` start from. Alpaca
     records for the text tasks, any objects for a remote one (`validate_records`)."""
-    alpaca = not task.remote
+    alpaca = task.alpaca and not task.remote
     if path == "":
         if not task.sample:
             raise DataError(f"task {task.name!r} ships no sample; give its data path")
@@ -117,6 +117,8 @@ def read_records(task: Task, path: str = "") -> SourceRecords:
     local = Path(path)
     if path == HUB_ID and not local.exists():
         return _hub_records(task)
+    if local.is_dir() and any((local / n).is_file() for n in DATASET_MARKERS):
+        return _saved_dataset(local, alpaca)
     if local.is_dir():
         file = next((local / n for n in task.files if (local / n).is_file()), None)
         if file is None:
@@ -126,6 +128,26 @@ def read_records(task: Task, path: str = "") -> SourceRecords:
     if local.is_file():
         return SourceRecords(str(local), local.name, read_file(local, alpaca=alpaca))
     raise DataError(f"{path}: no such file or directory (data of task {task.name!r})")
+
+
+DATASET_MARKERS = ("dataset_info.json", "dataset_dict.json")  # what `save_to_disk` writes
+
+
+def _saved_dataset(directory: Path, alpaca: bool) -> SourceRecords:
+    """The records of an HF dataset saved with `save_to_disk` (a DatasetDict: its "train"
+    split, else its only one)."""
+    import datasets  # heavy: only on this path
+
+    try:
+        found = datasets.load_from_disk(str(directory))
+    except Exception as err:  # a damaged or foreign directory: one line for the user
+        raise DataError(f"{directory}: not a readable HF dataset: {_first_line(err)}") from None
+    if isinstance(found, datasets.DatasetDict):
+        if "train" not in found and len(found) != 1:
+            raise DataError(f"{directory}: a dataset of splits {sorted(found)}: no 'train'")
+        found = found["train"] if "train" in found else next(iter(found.values()))
+    return SourceRecords(str(directory), directory.name,
+                         validate_records(found.to_list(), str(directory), alpaca=alpaca))
 
 
 def _hub_records(task: Task) -> SourceRecords:

@@ -11,7 +11,8 @@ from hargo_hpc.tasks.base import DataError, Task
 from hargo_hpc.tasks.settings import RewardSettings
 
 _REGISTRY: dict[str, str] = {}
-_LOADED: dict[str, type[Task]] = {}  # tasks named by 'module:Class' in an experiment file
+_LOADED: dict[str, type[Task]] = {}  # tasks named by 'module:Class', and generic tasks
+_GENERIC: dict[str, tuple[object, ...]] = {}  # each generic task's definition
 
 
 def register(name: str, target: str) -> None:
@@ -56,6 +57,25 @@ def _imported(spec: str) -> type[Task]:
     _LOADED[spec] = named
     _REGISTRY[spec] = spec
     return named
+
+
+def define_generic(name: str, *, prompt_field: str, reference_field: str, reward: str,
+                   max_new_tokens: int | None) -> str:
+    """Register the generic task `name` (`tasks.generic`; every process that reads the
+    experiment file defines it the same way); DataError when `name` is another task's."""
+    definition = (prompt_field, reference_field, reward, max_new_tokens)
+    if _GENERIC.get(name) == definition:
+        return name
+    if name in _REGISTRY:
+        raise DataError(f"task name {name!r} is taken (a registered task, or another generic "
+                        "task's): give the generic task another name")
+    from hargo_hpc.tasks.generic import generic_task
+
+    _LOADED[name] = generic_task(name, prompt_field=prompt_field,
+                                 reference_field=reference_field, reward=reward,
+                                 max_new_tokens=max_new_tokens)
+    _REGISTRY[name], _GENERIC[name] = name, definition
+    return name
 
 
 def task_class(name: str) -> type[Task]:

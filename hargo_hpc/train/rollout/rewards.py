@@ -15,7 +15,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ class PendingRewards:
     remote: list[int]
     rewards: list[float]
     wait_s: float = 0.0
+    unscored: set[int] = field(default_factory=set)  # text rows whose reward was None
 
 
 class RewardRouter:
@@ -177,14 +178,14 @@ class RewardRouter:
             self._submit(pending.handoff_step, pending.remote, owners, examples, completions,
                          stage, forbidden)
             pending.wait_s = time.monotonic() - started
-        self._text_rewards(owners, examples, completions, pending.rewards)
+        pending.unscored = self._text_rewards(owners, examples, completions, pending.rewards)
         return pending
 
     def collect(self, pending: PendingRewards) -> RewardBatch:
         """The rewards of a submitted step: waits for its bench results (progress, timeout:
         `infra_error`, unscored)."""
         n = len(pending.rewards)
-        rewards, scored = list(pending.rewards), [True] * n
+        rewards, scored = list(pending.rewards), [i not in pending.unscored for i in range(n)]
         records: list[dict[str, Any] | None] = [None] * n
         wait_s = pending.wait_s
         if pending.remote:
@@ -216,8 +217,11 @@ class RewardRouter:
     def _text_rewards(
         self, owners: Sequence[Task], examples: Sequence[Example], completions: Sequence[str],
         rewards: list[float],
-    ) -> None:
-        """Each text task once, on its share of the batch; rewards put back in place."""
+    ) -> set[int]:
+        """Each text task once, on its share of the batch; rewards put back in place. A None
+        reward (a reward function's "does not apply", as in TRL) leaves its row unscored: the
+        rows returned, dropped from the loss and counted."""
+        unscored: set[int] = set()
         groups: dict[str, list[int]] = {}
         for i, task in enumerate(owners):
             if not task.remote:
@@ -229,10 +233,14 @@ class RewardRouter:
                 raise ValueError(f"task {name}: {len(values)} rewards for {len(indices)} "
                                  "completions")  # fmt: skip
             for i, value in zip(indices, values, strict=True):
+                if value is None:
+                    unscored.add(i)
+                    continue
                 if not isinstance(value, int | float) or not math.isfinite(value):
                     raise ValueError(f"task {name}: reward {value!r} of example "
                                      f"{examples[i].id} is not a finite number")  # fmt: skip
                 rewards[i] = float(value)
+        return unscored
 
     def _submit(
         self, step: int, remote: Sequence[int], owners: Sequence[Task],
