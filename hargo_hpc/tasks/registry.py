@@ -1,7 +1,9 @@
 """The task registry: config names -> task classes, imported on first use.
 
 Each entry names the module and class, so importing the registry loads no task module (and no
-embedding model). `register` refuses a name that is taken.
+embedding model). `register` refuses a name that is taken. An experiment file may also name a
+Task of its own by `module:Class`, or define a generic task (`define_generic`, from its
+`[[data.tasks]]` entry): both are registered when the file is read.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def task_class(name: str) -> type[Task]:
     """The class of task `name`; DataError (a ValueError) naming the known tasks for any other
     name."""
     target = _REGISTRY[check_name(name)]
-    if target == name:  # imported by its 'module:Class' name
+    if target == name:  # named by 'module:Class', or a generic task: made when first read
         return _imported(name)
     return load_target(target)
 
