@@ -142,8 +142,8 @@ def test_bad_targets_and_baselines_are_one_line(tmp_path: Path) -> None:
     done = hargo("eval", str(tmp_path / "empty"))
     assert done.exit_code == 2
     assert done.output.strip() == (f"error: {tmp_path / 'empty'}: neither a run directory (no "
-                                   "config.toml) nor a model directory (no config.json), nor "
-                                   "'tiny' or 'smollm2'")
+                                   "config.toml), a run's checkpoint, a model directory "
+                                   "(no config.json), nor 'tiny' or 'smollm2'")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.toml").write_text('[[data.tasks]]\nname = "plp_qa"\n')

@@ -239,7 +239,9 @@ def test_bad_paths_give_one_line_errors(tmp_path: Path, cache: Path) -> None:
     missing = tmp_path / "nowhere"
     assert str(missing) in one_line_error(str(missing))
     assert "no such directory or file" in one_line_error(str(missing))
-    assert "no such" in one_line_error("HuggingFaceTB/SmolLM2-135M")  # a hub id, offline
+    hub = one_line_error("HuggingFaceTB/SmolLM2-135M")  # a hub id the cache lacks, offline
+    assert "model.path HuggingFaceTB/SmolLM2-135M: not in the Hugging Face cache" in hub
+    assert "hf download HuggingFaceTB/SmolLM2-135M" in hub
     empty = tmp_path / "empty"
     empty.mkdir()
     message = one_line_error(str(empty))

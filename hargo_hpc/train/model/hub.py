@@ -38,14 +38,14 @@ def resolve_model(path: str, revision: str | None = None, *, download: bool = Fa
 
     try:
         return snapshot_download(path, revision=revision, local_files_only=True)
-    except (OSError, ValueError) as cached_err:  # not in the cache (LocalEntryNotFoundError)
+    except (OSError, ValueError):  # not in the cache (LocalEntryNotFoundError)
         if not download:
             fetch = f"hf download {path}" + (f" --revision {revision}" if revision else "")
             raise HubError(
                 f"model.path {path}{f'@{revision}' if revision else ''}: not in the Hugging "
                 f"Face cache here ({constants.HF_HUB_CACHE}); fetch it where there is network "
                 f"(`{fetch}`, or `hargo submit` on a login node does) or point model.path at a "
-                f"checkpoint directory ({_one_line(cached_err)})") from None
+                "checkpoint directory") from None
     try:
         return snapshot_download(path, revision=revision, ignore_patterns=_ignored(path, revision))
     except Exception as err:  # network, authorisation, an unknown repository or revision
