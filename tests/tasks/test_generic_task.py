@@ -100,3 +100,24 @@ def test_bad_rewards_are_one_line_each(tmp_path: Path, monkeypatch: pytest.Monke
             f"w{reward[-1]}", reward)).data.tasks[0].name)()
         with pytest.raises(DataError, match=said):
             task.reward(examples, ["1", "2", "3"])
+
+
+def test_a_saved_hf_dataset_is_a_generic_tasks_data(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`path` may be a dataset saved with `save_to_disk` (a Dataset, or a DatasetDict's train
+    split); its records keep whatever fields the entry names."""
+    import datasets
+
+    from hargo_hpc.tasks.data import load_examples
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    rows = [{"q": f"What is {i} + 1?", "a": str(i + 1)} for i in range(5)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "flat"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:3]),
+                          "test": datasets.Dataset.from_list(rows[3:])}).save_to_disk(
+        str(tmp_path / "splits"))
+    task = generic_task("arith_hf", prompt_field="q", reference_field="a",
+                        reward="arith_rewards:exact")()
+    flat = load_examples(task, str(tmp_path / "flat"))
+    assert [(e.instruction, e.output) for e in flat] == [(r["q"], r["a"]) for r in rows]
+    assert [e.output for e in load_examples(task, str(tmp_path / "splits"))] == ["1", "2", "3"]
