@@ -86,7 +86,7 @@ CALLED: tuple[Api, ...] = (
     Api("numpy", "numpy.random.default_rng", "1.17.0", "eval/intervals.py"),
     # pydantic v2's own API (in the v2.0 tag).
     Api("pydantic", "pydantic.model_validator", "2.0", "config/experiment.py"),
-    Api("pydantic", "pydantic.AfterValidator", "2.0", "config/experiment.py"),
+    Api("pydantic", "pydantic.AfterValidator", "2.0", "algorithms/registry.py"),
     Api("pydantic", "pydantic.BeforeValidator", "2.0", "algorithms/hargo_params.py"),
     Api("pydantic", "pydantic.Field(allow_inf_nan=)", "2.0", "algorithms/hargo_params.py"),
     # click's git history.
