@@ -107,7 +107,7 @@ bench-calibrate: venv  ## measure this machine's DGEMM roof and the reference ke
 
 benchmarks: install  ## run every script in benchmarks/ (prints ratios against peers; installs the bench extra, TRL)
 	$(PY) -m pip install -q -e '.[bench]'
-	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
+	for f in benchmarks/[!_]*.py; do echo "== $$f"; $(PY) $$f; done
 
 clean:  ## remove runs/ and caches (not the venv, not the cluster state)
 	rm -rf runs .pytest_cache .ruff_cache .hypothesis

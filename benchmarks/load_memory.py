@@ -22,11 +22,12 @@ import ctypes
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+
+from _sides import interleaved, report
 
 RANKS = 2
 
@@ -142,21 +143,14 @@ def main(argv: list[str]) -> int:
     if args.child:
         print(json.dumps(measure(args.model, args.dtype, args.child, args.out)))
         return 0
-    found: dict[str, list[list[float]]] = {"before": [], "after": []}
-    for _ in range(args.repeats):
-        for side in found:  # interleaved
-            found[side].append(node(args.model, args.dtype, side, args.cache))
+    found = interleaved(("before", "after"), args.repeats,
+                        lambda side: node(args.model, args.dtype, side, args.cache))
     print(f"{RANKS} ranks on one node loading {args.model} ({args.dtype}) policy + sharded "
           f"reference under ZeRO-3, {args.repeats} runs a side, added peak private memory "
           "summed over the ranks:")
     for i, when in enumerate(("peak at load", "held after load", "peak with engine")):
-        medians = {}
-        for side, runs in found.items():
-            values = [run[i] for run in runs]
-            medians[side] = statistics.median(values)
-            print(f"  {when:<16} {side:<6} +{medians[side]:.0f} MiB "
-                  f"(range {min(values):.0f}-{max(values):.0f})")
-        print(f"  {when:<16} after / before: {medians['after'] / medians['before']:.2f}x")
+        report({side: [run[i] for run in runs] for side, runs in found.items()},
+               label=f"{when:<16} ")
     return 0
 
 

@@ -21,11 +21,12 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from _sides import interleaved, report
 
 
 def measure(model_name: str, dtype: str, rows: int, prompt: int, completion: int,
@@ -120,27 +121,23 @@ def main(argv: list[str]) -> int:
         print(json.dumps(measure(args.model, args.dtype, args.rows, args.prompt,
                                  args.completion, args.child, args.part)))
         return 0
-    found: dict[str, list[float]] = {"before": [], "after": []}
-    for _ in range(args.repeats):
-        for side in found:  # interleaved
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", side, "--model", args.model,
-                 "--dtype", args.dtype, "--part", args.part,
-                 "--rows", str(args.rows), "--prompt", str(args.prompt),
-                 "--completion", str(args.completion)],
-                capture_output=True, text=True, check=True,
-                env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-                     "XDG_CACHE_HOME": args.cache})
-            found[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    def child(side: str) -> float:
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", side, "--model", args.model,
+             "--dtype", args.dtype, "--part", args.part, "--rows", str(args.rows),
+             "--prompt", str(args.prompt), "--completion", str(args.completion)],
+            capture_output=True, text=True, check=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+                 "XDG_CACHE_HOME": args.cache})
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    found = interleaved(("before", "after"), args.repeats, child)
     shape = (f"{args.rows} rows x ({args.prompt} prompt + {args.completion} completion) tokens"
              if args.part == "update" else f"{args.rows} prompts x {args.prompt} tokens")
     what = "one update pass" if args.part == "update" else "the shared prefill"
     print(f"{what}, {args.model}, {shape}, {args.dtype}, {args.repeats} runs a side:")
-    for side, values in found.items():
-        print(f"  {side:<6} peak +{statistics.median(values):.0f} MiB "
-              f"(range {min(values):.0f}-{max(values):.0f})")
-    ratio = statistics.median(found["after"]) / statistics.median(found["before"])
-    print(f"  after / before: {ratio:.2f}x")
+    report(found, label="peak ")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Atomic file writes: the one write-temp-then-rename of the project.
 
 Used by the resolved config, the roof store, the compile cache and the handoff; `read_jsonl`
-reads back the append-only JSONL logs. A file (or a
+and `last_record` read back the append-only JSONL logs. A file (or a
 directory) is written under a private temporary name in the target's directory and put in place
 with one `rename`, so a reader sees the old content or the new one, never a part, and a crash
 leaves at most a temporary name that readers skip.
@@ -109,3 +109,39 @@ def read_jsonl(path: Path) -> list[Any]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def last_record(path: Path, chunk: int = 65536) -> dict[str, Any] | None:
+    """The last complete JSON object of a JSONL file, reading only its tail.
+
+    A last line without its newline is being appended right now: it is skipped, as is any
+    line that does not parse. None when the file is missing or holds no such line.
+    """
+    try:
+        with path.open("rb") as handle:
+            end = start = handle.seek(0, 2)
+            while start > 0:
+                start = max(0, start - chunk)
+                chunk *= 2  # a record longer than the block: read twice as far back
+                handle.seek(start)
+                found = _last_object(handle.read(end - start), whole=start == 0)
+                if found is not None:
+                    return found
+    except OSError:
+        pass
+    return None
+
+
+def _last_object(data: bytes, *, whole: bool) -> dict[str, Any] | None:
+    lines = data.split(b"\n")
+    lines.pop()  # after the last newline: empty, or a torn line
+    if not whole and lines:
+        lines.pop(0)  # the block may start mid-line
+    for line in reversed(lines):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None

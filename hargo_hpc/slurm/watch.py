@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hargo_hpc.errors import HargoError
+from hargo_hpc.files import last_record
 from hargo_hpc.runs import RunLayout
 from hargo_hpc.slurm.jobs import FINISHED, SlurmError, _run
 from hargo_hpc.slurm.manifest import JobEntry, Manifest, ManifestError
@@ -327,42 +328,6 @@ def configured_steps(config_file: str) -> int | None:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
         return None
     return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
-
-
-def last_record(path: Path, chunk: int = 65536) -> dict[str, Any] | None:
-    """The last complete JSON object of a JSONL file, reading only its tail.
-
-    A last line without its newline is being appended right now: it is skipped, as is any
-    line that does not parse. None when the file is missing or holds no such line.
-    """
-    try:
-        with path.open("rb") as handle:
-            end = start = handle.seek(0, 2)
-            while start > 0:
-                start = max(0, start - chunk)
-                chunk *= 2  # a record longer than the block: read twice as far back
-                handle.seek(start)
-                found = _last_object(handle.read(end - start), whole=start == 0)
-                if found is not None:
-                    return found
-    except OSError:
-        pass
-    return None
-
-
-def _last_object(data: bytes, *, whole: bool) -> dict[str, Any] | None:
-    lines = data.split(b"\n")
-    lines.pop()  # after the last newline: empty, or a torn line
-    if not whole and lines:
-        lines.pop(0)  # the block may start mid-line
-    for line in reversed(lines):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    return None
 
 
 def _handoff(directory: str, notes: list[str]) -> HandoffProgress:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hargo_hpc.files import read_jsonl, write_atomic
+from hargo_hpc.files import last_record, read_jsonl, write_atomic
 
 PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
 STEP_KEYS: tuple[str, ...] = (
@@ -256,8 +256,8 @@ class MetricsWriter:
                  running: Mapping[str, str] | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        last = read_records(path)[-1:] if path.is_file() else []
-        self._totals = {total: float(last[0].get(total) or 0.0) if last else 0.0
+        last = last_record(path)
+        self._totals = {total: float(last.get(total) or 0.0) if last else 0.0
                         for total in (running or {}).values()}
         self._running = dict(running or {})
         self._file = path.open("a", encoding="utf-8")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hargo_hpc.files import last_record
 from hargo_hpc.handoff import atomic
 from hargo_hpc.handoff.errors import HandoffError, SchemaError
 
@@ -102,3 +103,14 @@ def test_touch_always_moves_the_mtime(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(atomic.os, "utime", coarse_utime)
     assert atomic.touch(path) == 10**18 + 10**9
     assert os.stat(path).st_mtime_ns == 10**18 + 10**9
+
+
+def test_last_record_skips_a_torn_line_and_reads_only_the_tail(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    assert last_record(path) is None
+    path.write_text('{"step": 1}\n{"step": 2, "pad": "' + "x" * 500 + '"}\n{"step": 3')
+    assert last_record(path, chunk=64)["step"] == 2
+    path.write_text('{"step": 1')
+    assert last_record(path) is None
+    path.write_text('{"step": 1}\nnot json\n[1, 2]\n')
+    assert last_record(path, chunk=8) == {"step": 1}

@@ -287,17 +287,6 @@ def test_a_submission_is_finished_when_every_task_is(tmp_path: Path) -> None:
     assert not watch.status(manifest, {**done, "124_1": "RUNNING"}).finished()
 
 
-def test_last_record_skips_a_torn_line_and_reads_only_the_tail(tmp_path: Path) -> None:
-    path = tmp_path / "metrics.jsonl"
-    assert watch.last_record(path) is None
-    path.write_text('{"step": 1}\n{"step": 2, "pad": "' + "x" * 500 + '"}\n{"step": 3')
-    assert watch.last_record(path, chunk=64)["step"] == 2
-    path.write_text('{"step": 1')
-    assert watch.last_record(path) is None
-    path.write_text('{"step": 1}\nnot json\n[1, 2]\n')
-    assert watch.last_record(path, chunk=8) == {"step": 1}
-
-
 def test_configured_steps_reads_the_resolved_config(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     assert watch.configured_steps(str(config)) is None

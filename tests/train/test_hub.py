@@ -52,6 +52,7 @@ def test_a_hub_id_is_told_from_a_path_and_the_built_in_models(tmp_path: Path) ->
     try:
         os.chdir(tmp_path)  # a relative directory of that shape is a directory, not an id
         assert not is_hub_id("owner/name")
+        assert not is_hub_id("owner/missing")  # under a directory here: a missing path
     finally:
         os.chdir(here)
 

@@ -23,9 +23,11 @@ class HubError(HargoError, ValueError):
 
 
 def is_hub_id(path: str) -> bool:
-    """`owner/name` that is neither an existing path nor a GGUF file nor a built-in model."""
+    """`owner/name` that is neither a GGUF file nor a built-in model nor a path here: neither
+    existing nor under an existing directory `owner` (`runs/final`, not written yet, is a
+    missing directory, not a model to download)."""
     return (path not in BUILT_IN and bool(HUB_ID.match(path)) and not path.endswith(".gguf")
-            and not Path(path).expanduser().exists())
+            and not Path(path.split("/")[0]).expanduser().is_dir())
 
 
 def resolve_model(path: str, revision: str | None = None, *, download: bool = False) -> str:
