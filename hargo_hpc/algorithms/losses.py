@@ -187,6 +187,7 @@ def policy_loss(
     *,
     ref_logprobs: Tensor | None = None,
     weights: Tensor | None = None,
+    is_weights: Tensor | None = None,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     ratio_level: Literal["token", "sequence"] = "token",
@@ -208,6 +209,8 @@ def policy_loss(
     `ppo` = `clipped_surrogate`, `pg` = `plain_policy_gradient`, or a "module:function" of
     your own with their signature).
     KL to the reference (GRPO): L_it += β · k(log π_it, log π_ref,it) with k in k1/k2/k3.
+    Importance weights of another sampling engine (`is_weights`, [B, T], from
+    `truncated_importance_weights`): the policy term L_it ← ρ_it L_it before the KL is added.
     Per-response weights w_i (HARGO): L_it ← w_i L_it, then `aggregate(L, m, agg)`;
     `max_length`, `num_tokens` and `num_seqs` go to `aggregate` (the generation limit for
     Dr.GRPO's constant normaliser; the whole batch's denominators under micro-batching).
@@ -238,6 +241,9 @@ def policy_loss(
     if weights is not None:
         check_batch(weights, "weights", batch, "logprobs")
         check_finite(weights, "weights")
+    if is_weights is not None:
+        check_same_shape(("logprobs", logprobs), ("is_weights", is_weights))
+        check_finite(is_weights, "is_weights", mask)
     token_terms = registry.policy_loss(loss_type)
     if ratio_level not in RATIO_LEVELS:
         raise ValueError(f"unknown ratio_level {ratio_level!r} (valid: token, sequence)")
@@ -266,6 +272,8 @@ def policy_loss(
     token_loss, low, high, dual = token_terms(adv, ratio, clip_low=clip_low,
                                               clip_high=clip_high, dual_clip=dual_clip)
 
+    if is_weights is not None:
+        token_loss = token_loss * torch.where(mask, is_weights.detach(), zero.detach())
     pg_token_loss = token_loss
     kl = None
     if ref_logprobs is not None:
@@ -295,3 +303,35 @@ def policy_loss(
         if kl is not None:
             stats["kl"] = _masked_mean(kl.detach(), mask_f)
     return loss, stats
+
+
+def truncated_importance_weights(trainer_logprobs: Tensor, sampler_logprobs: Tensor,
+                                 mask: Tensor, cap: float) -> tuple[Tensor, dict[str, float]]:
+    """Per-token weights that correct for sampling with another engine than the trainer's:
+
+        ρ_it = min( exp(log π_trainer,it − log π_sampler,it), C )
+
+    truncated importance sampling (Ionides, "Truncated importance sampling", JCGS 2008; for
+    a vLLM sampler beside an FSDP/DeepSpeed trainer: Yao et al., "Your Efficient RL Framework
+    Secretly Brings You Off-Policy RL Training", 2025). π_trainer is the trainer's log-prob
+    of the sampled token under the weights the sampler had (the old policy), π_sampler the
+    sampler's own; their ratio is 1 but for numerics (kernels, precision, batch shape). 0
+    where `mask` is 0. Stats over the masked tokens: ratio_mean (before truncation),
+    clipped_share (tokens with ratio > C), and abs_log_ratio_mean."""
+    if cap < 1:
+        raise ValueError(f"the importance-sampling cap must be >= 1, got {cap}")
+    mask = as_mask(mask, trainer_logprobs, "trainer_logprobs")
+    check_same_shape(("trainer_logprobs", trainer_logprobs),
+                     ("sampler_logprobs", sampler_logprobs))
+    check_finite(trainer_logprobs, "trainer_logprobs", mask)
+    check_finite(sampler_logprobs, "sampler_logprobs", mask)
+    with torch.no_grad():
+        zero = torch.zeros_like(trainer_logprobs)
+        log_ratio = torch.where(mask, trainer_logprobs - sampler_logprobs.to(zero), zero)
+        ratio = torch.exp(log_ratio.clamp(-_LOG_CLAMP, _LOG_CLAMP))
+        weights = torch.where(mask, ratio.clamp(max=cap), zero)
+        mask_f = mask.to(zero.dtype)
+        stats = {"ratio_mean": _masked_mean(ratio, mask_f),
+                 "clipped_share": _masked_mean((ratio > cap).to(zero.dtype), mask_f),
+                 "abs_log_ratio_mean": _masked_mean(log_ratio.abs(), mask_f)}
+    return weights, stats

@@ -81,6 +81,26 @@ class RolloutSection(_Section):
         0, ge=0, description="rows per forward pass for old-policy and reference log-probs; "
         "0 = training.micro_batch_size",
     )
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="the generation engine: 'hf' (transformers' generate on the policy "
+        "itself) or 'vllm' (a vLLM engine beside the trainer on each rank, its weights synced "
+        "after every optimizer step; the [vllm] extra; docs/rollout.md)",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, lt=1, description="with backend 'vllm' on a GPU: the share of the GPU's "
+        "memory the engine may take for its weights and KV cache (it sleeps during the update)",
+    )
+    vllm_kv_cache_gib: float = Field(
+        1.0, gt=0, description="with backend 'vllm' on a CPU: the engine's KV cache in GiB",
+    )
+    vllm_max_model_len: int = Field(
+        0, ge=0, description="with backend 'vllm': the longest prompt + completion the engine "
+        "serves (its KV cache must hold one); 0 = the model's own limit",
+    )
+    importance_sampling_cap: float = Field(
+        2.0, ge=1, description="with backend 'vllm': C of the truncated importance-sampling "
+        "correction min(π_trainer / π_sampler, C) per token (the two engines' mismatch)",
+    )
 
 
 class TrainingSection(_Section):

@@ -264,15 +264,37 @@ def _start(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     ctx = RunContext(
         config=config, algorithm=algorithm, engine=engine, tokenizer=tokenizer,
         reference=reference,
-        backend=HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
-                                  synced_gpus=False),
+        backend=rollout_backend(config, engine, tokenizer),
         router=router, tasks=data.tasks, prompt_format=prompt_format,
         sampling=sampling, budgets=budgets,
         accum=accum, opt_steps=opt_steps, logprob_micro=r.logprob_micro_batch or t.micro_batch_size,
         needs_old=(t.num_iterations > 1 or opt_steps > 1 or r.max_staleness > 0
-                   or (algorithm.kl_in_reward and algorithm.kl_coef > 0)),
+                   or (algorithm.kl_in_reward and algorithm.kl_coef > 0)
+                   or r.backend != "hf"),  # another engine's samples: the trainer rescores
     )
     return ctx, state, workers
+
+
+def rollout_backend(config: ExperimentConfig, engine: Any, tokenizer: Any) -> Any:
+    """`rollout.backend`'s GenerationBackend: HF generate on the policy itself (ZeRO-3: its
+    weights gathered once a call), or a vLLM engine beside it (`vllm_backend.Colocated`)."""
+    if config.rollout.backend == "hf":
+        return HFGenerateBackend(engine.module, tokenizer, gather=engine.gathered_parameters,
+                                 synced_gpus=False)
+    from hargo_hpc.train.model.models import model_directory
+    from hargo_hpc.train.rollout.vllm_backend import Colocated, VLLMBackend, VLLMUnavailable
+
+    r, model = config.rollout, config.model
+    try:
+        directory = model_directory(model.path, model.cache_dir or None, model.revision)
+        backend = VLLMBackend(
+            str(directory), tokenizer, dtype=model.dtype, seed=config.run.seed,
+            max_model_len=r.vllm_max_model_len or None,
+            gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+            kv_cache_gib=r.vllm_kv_cache_gib, device=engine.device)
+    except (VLLMUnavailable, ValueError) as err:
+        raise TrainError(f"rollout.backend = \"vllm\": {err}") from None
+    return Colocated(backend, engine)
 
 
 def _local_workers(config: ExperimentConfig, handoff_dir: Path | None,

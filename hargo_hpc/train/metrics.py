@@ -36,6 +36,7 @@ STEP_KEYS: tuple[str, ...] = (
     # the update
     "loss", "pg_loss", "kl", "entropy", "approx_kl", "ratio_mean", "ratio_std",
     "advantages/abs_mean", "rollout/staleness",
+    "sampler/ratio_mean", "sampler/clipped_share", "sampler/abs_log_ratio_mean",
     "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/dual",
     "grad_norm",
     # completions

@@ -3,7 +3,7 @@ them in order under verl's timers). Each takes what the phases before it returne
 
     reward        collect_rewards   the step's RewardBatch (rank 0 waits, the others receive it;
                                     SQD sees it), then shape_rewards: DAPO's overlong shaping
-    ref           reference_logprobs
+    ref           reference_logprobs; sampler_correction (another engine's samples: vLLM)
     adv           compute_advantages: KL folded into the reward, the rows in the loss (scored,
                                     DAPO's dynamic sampling), the estimator's advantages, the
                                     weighting's weights (HARGO)
@@ -26,7 +26,7 @@ from torch import Tensor
 
 from hargo_hpc.algorithms.advantages import compute_advantages as estimate
 from hargo_hpc.algorithms.dapo import dynamic_sampling_filter, overlong_penalty
-from hargo_hpc.algorithms.losses import kl_penalized_rewards
+from hargo_hpc.algorithms.losses import kl_penalized_rewards, truncated_importance_weights
 from hargo_hpc.algorithms.presets import ResolvedAlgorithm
 from hargo_hpc.algorithms.weighting import Weighting
 from hargo_hpc.tasks.base import Example
@@ -181,6 +181,26 @@ def policy_logprobs(ctx: RunContext, model: torch.nn.Module, gen: Generations) -
                               ctx.logprob_micro, temperature=ctx.sampling.temperature)
 
 
+def sampler_correction(ctx: RunContext, rollout: Rollout) -> tuple[Tensor | None,
+                                                                  dict[str, float]]:
+    """This rank's per-token weights for samples drawn by another engine than the trainer's
+    (`losses.truncated_importance_weights` of the trainer's old log-probs against the
+    sampler's, capped at `rollout.importance_sampling_cap`) and their stats, averaged over
+    the ranks; (None, {}) for the HF backend, whose samples are the trainer's own."""
+    sampled = rollout.gen.sampler_logprobs
+    if sampled is None:
+        return None, {}
+    if rollout.old is None:
+        raise RuntimeError("a sampler's log-probs without the trainer's old log-probs "
+                           "(RunContext.needs_old must hold for this backend)")
+    weights, stats = truncated_importance_weights(
+        rollout.old, sampled, rollout.gen.completion_mask.bool(),
+        ctx.config.rollout.importance_sampling_cap)
+    every = distributed.gather_objects(stats) if distributed.world_size() > 1 else [stats]
+    return weights, {f"sampler/{key}": sum(s[key] for s in every) / len(every)
+                     for key in stats}
+
+
 # ---------------------------------------------------------------- adv
 
 
@@ -264,14 +284,14 @@ def weigh(weighting: Weighting | None, rewards: Tensor, advantages: Tensor, idx:
 
 
 def update_actor(ctx: RunContext, rollout: Rollout, rows: StepRows, adv: Advantages,
-                 ref: Tensor | None) -> dict[str, float]:
+                 ref: Tensor | None, is_weights: Tensor | None = None) -> dict[str, float]:
     """The preset's update (`updates.update_for(loss)`) on this rank's rows, those not in the loss
-    masked out; returns its statistics."""
+    masked out (`is_weights`: `sampler_correction`'s); returns its statistics."""
     gen, own = rollout.gen, rows.own
     world, rank = distributed.world_size(), distributed.rank()
     batch = UpdateBatch(gen.input_ids, gen.attention_mask, gen.completion_start,
                         rows.mask & adv.keep[own, None], adv.keep[own], adv.rewards[own],
                         rows.groups[own], adv.advantages[own],
                         None if adv.weights is None else adv.weights[own], rollout.old, ref,
-                        rollout.examples(rank, world))
+                        rollout.examples(rank, world), is_weights)
     return update_for(ctx.algorithm.loss)(ctx.update_context(), batch)

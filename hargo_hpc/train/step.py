@@ -21,6 +21,7 @@ from hargo_hpc.train.phases import (
     compute_advantages,
     policy_logprobs,
     reference_logprobs,
+    sampler_correction,
     shape_rewards,
     step_rows,
     submit_rewards,
@@ -125,13 +126,15 @@ def finish_step(ctx: RunContext, state: LoopState, rollout: Rollout
                                 rollout.gen.completion_ids.device)
     with timer("ref"):
         ref = reference_logprobs(ctx, rollout.gen)
+        is_weights, sampler_stats = sampler_correction(ctx, rollout)
     with timer("adv"):
         adv = compute_advantages(alg, state.weighting, rewards, rows, rollout.old, ref)
     with timer("update_actor"):
-        update = update_actor(ctx, rollout, rows, adv, ref)
+        update = update_actor(ctx, rollout, rows, adv, ref, is_weights)
     record = step_record(rollout, rows, rewards, adv, update, tasks=ctx.tasks,
                          optimizer_steps=ctx.engine.optimizer_steps, lr=lr,
                          staleness=staleness, sqd=state.sqd, since=state.last_step_end)
+    record.update(sampler_stats)
     if alg.dynamic_sampling:
         record["dynamic_sampling/rounds"] = rounds
     state.last_step_end = time.perf_counter()

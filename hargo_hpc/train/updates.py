@@ -67,6 +67,7 @@ class UpdateBatch:
     old: Tensor | None
     ref: Tensor | None
     examples: list[Example]  # the step's prompts (one per group)
+    is_weights: Tensor | None = None  # [N, T] another sampling engine's correction (vLLM)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class MicroBatch:
     weights: Tensor | None
     old: Tensor | None
     ref: Tensor | None
+    is_weights: Tensor | None = None
 
 
 def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
@@ -102,7 +104,8 @@ def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
         input_ids=batch.input_ids[index, :start + width],
         attention_mask=batch.attention_mask[index, :start + width],
         loss_mask=batch.loss_mask[index, :width], advantages=tokens(batch.advantages),
-        weights=tokens(batch.weights), old=tokens(batch.old), ref=tokens(batch.ref))
+        weights=tokens(batch.weights), old=tokens(batch.old), ref=tokens(batch.ref),
+        is_weights=tokens(batch.is_weights))
 
 
 def plan(items: Sequence[Any], opt_steps: int, accum: int) -> list[list[list[Any]]]:
@@ -187,7 +190,8 @@ def policy_update(run: UpdateContext, batch: UpdateBatch) -> dict[str, Any]:
                         lp = token_logprobs(*forward, temperature=run.temperature, grad=True)
                     part = mb.loss_mask
                     loss, s = policy_loss(lp, mb.old, mb.advantages, part, ref_logprobs=mb.ref,
-                                          weights=mb.weights, num_tokens=num_tokens,
+                                          weights=mb.weights, is_weights=mb.is_weights,
+                                          num_tokens=num_tokens,
                                           num_seqs=num_seqs, **kwargs)
                     tokens = float(part.sum())
                     step_pg += s.pop("pg_loss")

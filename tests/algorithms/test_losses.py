@@ -9,7 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hargo_hpc.algorithms import aggregate, kl_penalized_rewards, kl_penalty, policy_loss
+from hargo_hpc.algorithms import (
+    aggregate,
+    kl_penalized_rewards,
+    kl_penalty,
+    policy_loss,
+    truncated_importance_weights,
+)
 
 from .strategies import token_batch
 
@@ -102,6 +108,40 @@ def test_weights_multiply_each_response() -> None:
     # w = [2, 0.5]: (2 · (−1.9) + 0.5 · 6.4) / 5
     value, _ = loss(weights=torch.tensor([2.0, 0.5], dtype=D))
     assert float(value) == pytest.approx((2 * sum(ROW0) + 0.5 * sum(ROW1)) / 5)
+
+
+def test_importance_weights_multiply_each_token_of_the_policy_term_only() -> None:
+    # ρ = [[2, 0.5, 9], [1, 1, 3]]: the policy term's tokens scaled; the KL term is not
+    rho = torch.tensor([[2.0, 0.5, 9.0], [1.0, 1.0, 3.0]], dtype=D)
+    value, stats = loss(is_weights=rho)
+    by_hand = (2 * ROW0[0] + 0.5 * ROW0[1] + ROW1[0] + ROW1[1] + 3 * ROW1[2]) / 5
+    assert float(value) == pytest.approx(by_hand) and stats["pg_loss"] == pytest.approx(by_hand)
+    ref = LOGPROBS - 0.3
+    with_kl, _ = loss(is_weights=rho, ref_logprobs=ref, kl_coef=0.1)
+    kl = kl_penalty(LOGPROBS, ref, "k3")
+    assert float(with_kl) == pytest.approx(by_hand + 0.1 * float(kl[MASK].sum()) / 5)
+    ones, _ = loss(is_weights=torch.ones_like(rho))
+    assert float(ones) == pytest.approx(float(loss()[0]))
+
+
+def test_truncated_importance_weights_by_hand() -> None:
+    trainer = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -3.0, -1.0]], dtype=D)
+    ratio = torch.tensor([[1.0, 3.0, 1.0], [0.5, 2.5, 1.0]], dtype=D)
+    sampler = trainer - ratio.log()
+    sampler[0, 2] = -math.inf  # padding garbage under the mask
+    weights, stats = truncated_importance_weights(trainer, sampler, MASK, cap=2.0)
+    expected = torch.tensor([[1.0, 2.0, 0.0], [0.5, 2.0, 1.0]], dtype=D)
+    assert torch.allclose(weights, expected)
+    assert stats["clipped_share"] == pytest.approx(2 / 5)
+    assert stats["ratio_mean"] == pytest.approx((1 + 3 + 0.5 + 2.5 + 1) / 5)
+    assert stats["abs_log_ratio_mean"] == pytest.approx(
+        float(ratio.log().abs()[MASK].sum()) / 5)
+    same, stats = truncated_importance_weights(trainer, trainer, MASK, cap=1.0)
+    assert torch.equal(same, MASK.to(D)) and stats["clipped_share"] == 0.0
+    with pytest.raises(ValueError, match="cap must be >= 1"):
+        truncated_importance_weights(trainer, trainer, MASK, cap=0.5)
+    with pytest.raises(ValueError, match="sampler_logprobs"):
+        truncated_importance_weights(trainer, trainer[:, :2], MASK, cap=2.0)
 
 
 def test_kl_estimators() -> None:

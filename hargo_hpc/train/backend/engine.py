@@ -186,7 +186,7 @@ def _skip_unused_cpu_comm_op() -> None:
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-def _ensure_distributed() -> None:
+def ensure_distributed() -> None:
     """The variables and process group DeepSpeed needs (one process when nothing is set), and
     DeepSpeed's own view of a group the trainer created (`zero.Init` reads the world size from
     it before any `deepspeed.initialize`)."""
@@ -217,7 +217,7 @@ def partitioned_loading(*, precision: Precision, micro_batch_size: int) -> Itera
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
     _skip_unused_cpu_comm_op()
-    _ensure_distributed()
+    ensure_distributed()
     config = deepspeed_config(zero_stage=3, precision=precision, grad_clip=0.0, grad_accum=1,
                               micro_batch_size=micro_batch_size,
                               world_size=dist.get_world_size(), offload_optimizer=False)
@@ -278,7 +278,7 @@ def build_engine(
             f"training.precision {precision} is not supported on {accelerator.device_name()}"
         )
     _skip_unused_cpu_comm_op()
-    _ensure_distributed()
+    ensure_distributed()
     world = dist.get_world_size()
     if user_config is not None:
         config = read_user_config(

@@ -364,6 +364,23 @@ def _load_base(path: str, dtype: str, trust_remote_code: bool,
                      "'tiny' or 'smollm2')")
 
 
+def model_directory(path: str, cache_dir: Path | str | None = None,
+                    revision: str | None = None) -> Path:
+    """The HF checkpoint directory `model.path` names: a built-in model's (built on first use),
+    a hub id's snapshot, or the directory itself; ValueError for anything else (a .gguf file
+    has no such directory: point model.path at a converted one)."""
+    path = resolve_model(path, revision)
+    if path == "tiny":
+        return tiny_dir(cache_dir)
+    if path == "smollm2":
+        return smollm2_dir(cache_dir)
+    target = Path(path).expanduser()
+    if not target.is_dir():
+        raise ValueError(f"model path {path}: not an HF checkpoint directory (an engine "
+                         "other than the trainer's loads one; convert a .gguf file first)")
+    return target
+
+
 def prepare_tokenizer(tokenizer: Any) -> Any:
     """Pad with eos when the tokenizer has no pad token; pad on the left. Returns it."""
     if tokenizer.pad_token is None:

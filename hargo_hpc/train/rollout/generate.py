@@ -67,6 +67,10 @@ class Generations:
     truncated: Tensor
     texts: list[str]
     group_index: Tensor
+    # [N, T] log-probs of the sampled tokens as the sampling engine computed them (0 where the
+    # mask is 0); a backend other than the trainer's own model returns them (vLLM), for the
+    # importance-sampling correction of the two engines' mismatch. None: HF generate.
+    sampler_logprobs: Tensor | None = None
 
     def __post_init__(self) -> None:
         n, p = self.prompt_ids.shape
@@ -83,6 +87,10 @@ class Generations:
                 raise ValueError(f"{name} must have shape ({n},)")
         if len(self.texts) != n:
             raise ValueError(f"texts has {len(self.texts)} entries, expected {n}")
+        if (self.sampler_logprobs is not None
+                and self.sampler_logprobs.shape != self.completion_ids.shape):
+            raise ValueError(f"sampler_logprobs shape {tuple(self.sampler_logprobs.shape)} != "
+                             f"completion_ids shape {tuple(self.completion_ids.shape)}")
 
     @property
     def input_ids(self) -> Tensor:
@@ -165,6 +173,8 @@ def merge_generations(parts: Sequence[tuple[Sequence[int], Generations]], n_prom
     completion_mask = torch.zeros((n, longest), dtype=torch.long, device=device)
     truncated = torch.zeros(n, dtype=torch.bool, device=device)
     texts = [""] * n
+    sampled = (torch.zeros((n, longest), dtype=torch.float32, device=device)
+               if all(gen.sampler_logprobs is not None for _, gen in parts) else None)
     for prompts, gen in parts:
         rows = torch.tensor([p * G + g for p in prompts for g in range(G)], device=device)
         p, t = gen.prompt_ids.shape[1], gen.completion_ids.shape[1]
@@ -173,12 +183,54 @@ def merge_generations(parts: Sequence[tuple[Sequence[int], Generations]], n_prom
         completion_ids[rows, :t] = gen.completion_ids
         completion_mask[rows, :t] = gen.completion_mask
         truncated[rows] = gen.truncated.bool()
+        if sampled is not None:
+            sampled[rows, :t] = gen.sampler_logprobs.to(sampled)
         for row, text in zip(rows.tolist(), gen.texts, strict=True):
             texts[row] = text
     group_index = torch.arange(n_prompts, device=device).repeat_interleave(G)
     return Generations(prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                        completion_ids=completion_ids, completion_mask=completion_mask,
-                       truncated=truncated, texts=texts, group_index=group_index)
+                       truncated=truncated, texts=texts, group_index=group_index,
+                       sampler_logprobs=sampled)
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], add_special_tokens: bool,
+                   max_new_tokens: int, limit: int | None,
+                   limit_name: str = "max_position_embeddings") -> list[list[int]]:
+    """Each prompt's token ids as the tokenizer gives them (`add_special_tokens` False: prompts
+    arrive templated); ValueError for an empty one, or one that with `max_new_tokens` would
+    exceed the `limit` of positions (the model's `limit_name`)."""
+    encoded = tokenizer(list(prompts), add_special_tokens=add_special_tokens)["input_ids"]
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompt {i} is empty after tokenization")
+    width = max(len(ids) for ids in encoded)
+    if limit is not None and width + max_new_tokens > limit:
+        raise ValueError(f"a prompt of {width} tokens plus max_new_tokens {max_new_tokens} "
+                         f"exceeds the model's {limit_name} {limit}")
+    return [list(ids) for ids in encoded]
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+                ) -> tuple[Tensor, Tensor]:
+    """[n, P] ids left padded with `pad_id`, and their mask (1 on the tokens)."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def right_padded(rows: Sequence[Sequence[Any]], fill: Any, dtype: torch.dtype,
+                 device: torch.device) -> Tensor:
+    """[n, T] of ragged rows, right padded with `fill` to the longest (T ≥ 1)."""
+    out = torch.full((len(rows), max(1, max(len(row) for row in rows))), fill, dtype=dtype)
+    for i, row in enumerate(rows):
+        if row:
+            out[i, :len(row)] = torch.tensor(list(row), dtype=dtype)
+    return out.to(device)
 
 
 @runtime_checkable
@@ -344,7 +396,10 @@ class HFGenerateBackend:
     def _generate(self, *, prompts: list[str], G: int, params: SamplingParams,
                   row_seeds: list[int] | None = None) -> Generations:
         device = _device_of(self.model)
-        prompt_ids, prompt_mask = self._encode(prompts, device, params.max_new_tokens)
+        limit = getattr(_config_of(self.model), "max_position_embeddings", None)
+        prompt_ids, prompt_mask = left_padded(
+            encode_prompts(self.tokenizer, prompts, self.add_special_tokens,
+                           params.max_new_tokens, limit), self.pad_id, device)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
         rows = (RowSampler(row_seeds, params.temperature, params.top_p, device)
@@ -363,25 +418,6 @@ class HFGenerateBackend:
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
-
-    def _encode(self, prompts: list[str], device: torch.device, max_new_tokens: int
-                ) -> tuple[Tensor, Tensor]:
-        """Left-padded [n, P] ids and mask."""
-        encoded = self.tokenizer(prompts, add_special_tokens=self.add_special_tokens)["input_ids"]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} is empty after tokenization")
-        width = max(len(ids) for ids in encoded)
-        limit = getattr(_config_of(self.model), "max_position_embeddings", None)
-        if limit is not None and width + max_new_tokens > limit:
-            raise ValueError(f"a prompt of {width} tokens plus max_new_tokens {max_new_tokens} "
-                             f"exceeds the model's max_position_embeddings {limit}")
-        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for i, row in enumerate(encoded):
-            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row):] = 1
-        return ids.to(device), mask.to(device)
 
     def _shared_prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, G: int) -> Any:
         """The KV cache of every prompt but its last token, computed once per prompt and
