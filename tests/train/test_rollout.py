@@ -411,10 +411,11 @@ def test_the_g_completions_of_a_prompt_share_one_prefill(
     monkeypatch.undo()
 
     ids, mask = gen.prompt_ids, gen.prompt_mask
-    cache = backend._shared_prefill(ids, mask, G)
+    prefilled = backend._shared_prefill(ids, mask, G)
+    assert len(prefilled) == 1  # under the name this transformers' forward takes it
     positions = position_ids_from_mask(mask)
     with torch.no_grad():
-        step = model(input_ids=ids[:, -1:], attention_mask=mask, cache=cache,
+        step = model(input_ids=ids[:, -1:], attention_mask=mask, **prefilled,
                      position_ids=positions[:, -1:], use_cache=True).logits[:, -1]
         full = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
     # one cached step against the full pass: the attention's sums over the prompt are taken in

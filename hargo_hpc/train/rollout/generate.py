@@ -419,28 +419,32 @@ class HFGenerateBackend:
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
-    def _shared_prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, G: int) -> Any:
+    def _shared_prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, G: int
+                        ) -> dict[str, Any]:
         """The KV cache of every prompt but its last token, computed once per prompt and
         repeated for its G rows (`generate` then runs only the last prompt token and the
-        completion): a prompt's G completions share one prefill instead of G. None (generate
-        prefills as usual) for G = 1, a one-token prompt, a model whose cache cannot be
-        repeated, or transformers before 5.24 (its outputs name the cache `past_key_values`).
-        Greedy completions are the same either way (tested)."""
+        completion): a prompt's G completions share one prefill instead of G. Returned as the
+        keyword `generate` takes it (`cache` from transformers 5.24, `past_key_values`
+        before: the outputs name it alike); {} (generate prefills as usual) for G = 1, a
+        one-token prompt, or a model whose cache cannot be repeated. Greedy completions are
+        the same either way (tested)."""
         if G == 1 or prompt_ids.shape[1] < 2:
-            return None
+            return {}
         ids, mask = prompt_ids[::G, :-1], prompt_mask[::G, :-1]  # rows are repeat_interleaved
         with torch.no_grad():
             out = self.model(input_ids=ids, attention_mask=mask,  # the cache is what counts:
                              position_ids=position_ids_from_mask(mask), use_cache=True,
                              logits_to_keep=1)  # one position's logits, not [rows, P, V]
-        cache = getattr(out, "cache", None)
+        name = "cache" if getattr(out, "cache", None) is not None else "past_key_values"
+        cache = getattr(out, name, None)
         if not hasattr(cache, "batch_repeat_interleave"):
-            return None
+            return {}
         cache.batch_repeat_interleave(G)
-        return cache
+        return {name: cache}
 
     def _sample(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams,
-                cache: Any = None, rows: RowSampler | None = None) -> Tensor:
+                prefilled: dict[str, Any] | None = None, rows: RowSampler | None = None
+                ) -> Tensor:
         """`model.generate` of the rows: sampled by transformers from one stream, or, with
         `rows`, by the RowSampler (each row its own stream) under greedy selection."""
         sampling: dict[str, Any] = (
@@ -458,8 +462,7 @@ class HFGenerateBackend:
             if params.stop else [])
         extra: dict[str, Any] = ({} if self.synced_gpus is None
                                  else {"synced_gpus": self.synced_gpus})
-        if cache is not None:
-            extra["cache"] = cache
+        extra.update(prefilled or {})
         if rows is not None:
             extra["logits_processor"] = LogitsProcessorList([rows])
         with _plain_generation_config(self.model):
