@@ -129,7 +129,9 @@ def _train(config: ExperimentConfig, paths: RunLayout, algorithm: ResolvedAlgori
     writing = (m.MetricsWriter(paths.metrics, _trackers(config, paths, log),
                                running={"tokens/step": "num_tokens"}) if main
                else contextlib.nullcontext(DiscardWriter()))
-    with workers or contextlib.nullcontext(), stop, writing as writer:
+    engine_of_rollouts = (contextlib.closing(ctx.backend) if hasattr(ctx.backend, "close")
+                          else contextlib.nullcontext())  # vLLM's: shut down with the run
+    with workers or contextlib.nullcontext(), stop, writing as writer, engine_of_rollouts:
         if state.step == 0 and config.sft.steps and not warm_start(
                 ctx, data, paths.sft.metrics, config.sft.steps, stop, log):
             return TrainResult(paths.root, paths.metrics, 0, None, None, interrupted=True)

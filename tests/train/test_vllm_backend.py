@@ -137,7 +137,7 @@ def test_seeds_are_honoured(backend: Any, model_dir: Path) -> None:
 
 def test_a_grpo_run_on_vllm_samples_matches_the_hf_backends_and_resumes(
         tmp_path: Path, summary_line: Callable[[str], None]) -> None:
-    """Four GRPO steps of SmolLM2 on the data-race task with each backend, the same seed,
+    """Four GRPO steps of the tiny model on the data-race task with each backend, the same seed,
     rewards overlapping the next generation (max_staleness 1). The samples differ (each engine
     draws its own noise), so what must agree is what does not depend on which tokens were
     drawn: every row scored, an on-policy first step (ratio 1 up to the rounding of two passes
@@ -157,12 +157,12 @@ def test_a_grpo_run_on_vllm_samples_matches_the_hf_backends_and_resumes(
     def run(backend: str, name: str, **kwargs: Any) -> tuple[Any, list[dict[str, Any]]]:
         config = validate_config({
             "run": {"name": name, "dir": str(tmp_path), "seed": 0},
-            "model": {"path": "smollm2"},
+            "model": {"path": "tiny"},
             "data": {"tasks": [{"name": "data_race_c", "max_items": 16}], "eval_fraction": 0.0},
             "rollout": {"backend": backend, "num_generations": 4, "prompts_per_step": 2,
                         "max_new_tokens": 8, "max_staleness": 1, "vllm_max_model_len": 1024,
-                        "vllm_kv_cache_gib": 0.5},
-            "training": {"lr": 1e-5, "steps": 4, "micro_batch_size": 4, "zero_stage": 2,
+                        "vllm_kv_cache_gib": 0.1},
+            "training": {"lr": 1e-3, "steps": 4, "micro_batch_size": 4, "zero_stage": 2,
                          "save_every": 0}})
         result = loop.train(config, log=lambda _: None, progress=False, **kwargs)
         return result, m.read_records(result.metrics)
@@ -208,7 +208,7 @@ def test_a_grpo_run_on_vllm_samples_matches_the_hf_backends_and_resumes(
             continue
         for key in keys:  # the same rows, weights and optimizer state: the same update
             assert mine[key] == pytest.approx(theirs[key], rel=1e-3, abs=1e-5), key
-    summary_line("GRPO on SmolLM2, 4 steps x 8 rows, hf vs vllm: " + ", ".join(found) + "; "
+    summary_line("GRPO on the tiny model, 4 steps x 8 rows, hf vs vllm: " + ", ".join(found) + "; "
                  f"|log pi_trainer - log pi_sampler| mean "
                  f"{max(r['sampler/abs_log_ratio_mean'] for r in ours):.1e} (worst step); "
                  "a stop after step 2 resumed on the kept completions, step 4 sampled "

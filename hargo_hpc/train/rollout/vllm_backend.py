@@ -124,6 +124,24 @@ class VLLMBackend:
         self.engine.apply_model(_reprocess_tied_layers)
         self.engine.reset_prefix_cache()
 
+    def close(self) -> None:
+        """Shut the engine down now, leaving the trainer's process group alone: vLLM's own
+        shutdown (which also runs when the engine is garbage-collected) destroys torch's
+        default process group, the trainer's, which a later run in this process (or the
+        trainer's own teardown) still needs. Here only vLLM's groups go (`_keep_trainer_group`).
+        Idempotent."""
+        if self.engine is None:
+            return
+        from vllm.v1.engine import core
+
+        saved = core.cleanup_dist_env_and_memory
+        core.cleanup_dist_env_and_memory = _keep_trainer_group
+        try:
+            self.engine.llm_engine.engine_core.shutdown()
+        finally:
+            core.cleanup_dist_env_and_memory = saved
+            self.engine = None
+
     def sleep(self) -> None:
         """Give the engine's GPU memory back for the update (weights offloaded, KV cache
         dropped); a no-op where the platform has no sleep mode (vLLM on a CPU)."""
@@ -222,6 +240,21 @@ def _process_left_alone() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _keep_trainer_group(shutdown_ray: bool = False) -> None:
+    """vLLM's `cleanup_dist_env_and_memory` but for the default process group: its model-
+    parallel groups and its world group's own groups are destroyed, torch's default group (the
+    trainer's, which vLLM joined) is kept."""
+    import gc
+
+    from vllm.distributed import parallel_state
+
+    gc.unfreeze()
+    parallel_state.destroy_model_parallel()
+    if parallel_state._WORLD is not None:
+        parallel_state._WORLD.destroy()
+        parallel_state._WORLD = None
+
+
 def _reprocess_tied_layers(model: torch.nn.Module) -> None:
     """Redo the after-loading step (`quant_method.process_weights_after_loading`) of each layer
     whose weight another layer owns: vLLM's reload processes a tied weight once, for its first
@@ -268,6 +301,9 @@ class Colocated:
     @property
     def pad_id(self) -> int:
         return self.backend.pad_id
+
+    def close(self) -> None:
+        self.backend.close()
 
     def generate(self, prompts: list[str], G: int, params: PromptParams,
                  seeds: Sequence[int] | None = None) -> Generations:
