@@ -22,61 +22,24 @@ Everything runs in a temporary directory; nothing is written elsewhere.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _runs import job_toml, train
 
 TASKS = ("data_race_c", "mlperf_qa")
 
 
 def experiment_toml(run_dir: Path, name: str, args: argparse.Namespace) -> str:
-    own = "" if name == "budgets" else f"max_new_tokens = {args.tokens}\n"
-    tasks = "".join(f'\n[[data.tasks]]\nname = "{t}"\n{own}' for t in TASKS)
-    return f"""
-[run]
-name = "{name}"
-dir = "{run_dir}"
-seed = 0
-
-[model]
-path = "{args.model}"
-max_prompt_tokens = 640
-{tasks}
-[algorithm]
-name = "grpo"
-
-[rollout]
-num_generations = {args.G}
-prompts_per_step = {args.prompts}
-max_new_tokens = {args.tokens}
-
-[training]
-lr = 1e-6
-steps = {args.steps}
-micro_batch_size = {args.G}
-zero_stage = 0
-save_every = 0
-"""
-
-
-def run(work: Path, name: str, index: int, args: argparse.Namespace) -> list[dict]:
-    """One training run in its own process; its metrics records after the warm-up."""
-    root = work / f"{name}-{index}"
-    job = root.with_suffix(".toml")
-    job.write_text(experiment_toml(root, name, args))
-    done = subprocess.run([sys.executable, "-m", "hargo_hpc", "train", str(job)],
-                          capture_output=True, text=True,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-                                   XDG_CACHE_HOME=str(work / "cache")))  # not ~/.cache
-    if done.returncode != 0:
-        raise SystemExit(f"{name} run failed (exit {done.returncode}):\n"
-                         + "\n".join(done.stderr.splitlines()[-20:]))
-    lines = (root / name / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines][args.warmup:]
+    own = {} if name == "budgets" else {"max_new_tokens": args.tokens}
+    return job_toml(run_dir, name, args.model, [{"name": t, **own} for t in TASKS], {
+        "algorithm": {"name": "grpo"},
+        "rollout": {"num_generations": args.G, "prompts_per_step": args.prompts,
+                    "max_new_tokens": args.tokens},
+        "training": {"lr": 1e-6, "steps": args.steps, "micro_batch_size": args.G,
+                     "zero_stage": 0, "save_every": 0}})
 
 
 def summary(values: list[float]) -> str:
@@ -97,7 +60,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hargo-budgets-") as tmp:
         for index in range(args.rounds):
             for name in records:
-                records[name] += run(Path(tmp), name, index, args)
+                records[name] += train(Path(tmp), f"{name}-{index}",
+                                       experiment_toml(Path(tmp) / f"{name}-{index}", name, args),
+                                       args.warmup)
     print(f"model {args.model}, tasks {', '.join(TASKS)}, {args.prompts} prompts x G {args.G}, "
           f"rollout.max_new_tokens {args.tokens}, {args.rounds} runs x {args.steps - args.warmup}"
           " kept steps each")

@@ -20,16 +20,15 @@ Everything runs in a temporary directory; nothing is written elsewhere.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from _runs import job_toml, train
 from _sides import interleaved, report
 
 TASKS = ("gemm", "data_race_c")
@@ -92,37 +91,14 @@ def generation(args: argparse.Namespace) -> None:
 
 
 def experiment_toml(run_dir: Path, backend: str, args: argparse.Namespace) -> str:
-    tasks = "".join(f'\n[[data.tasks]]\nname = "{t}"\n' for t in TASKS)
-    return f"""
-[run]
-name = "{backend}"
-dir = "{run_dir}"
-seed = 0
-
-[model]
-path = "{args.model}"
-max_prompt_tokens = 640
-{tasks}
-[algorithm]
-name = "grpo"
-
-[rollout]
-backend = "{backend}"
-num_generations = {args.G}
-prompts_per_step = {args.prompts}
-max_new_tokens = {args.tokens}
-vllm_max_model_len = 2048
-
-[handoff]
-local_workers = 1
-
-[training]
-lr = 1e-6
-steps = {args.steps}
-micro_batch_size = {args.G}
-zero_stage = 0
-save_every = 0
-"""
+    return job_toml(run_dir, backend, args.model, [{"name": t} for t in TASKS], {
+        "algorithm": {"name": "grpo"},
+        "rollout": {"backend": backend, "num_generations": args.G,
+                    "prompts_per_step": args.prompts, "max_new_tokens": args.tokens,
+                    "vllm_max_model_len": 2048},
+        "handoff": {"local_workers": 1},
+        "training": {"lr": 1e-6, "steps": args.steps, "micro_batch_size": args.G,
+                     "zero_stage": 0, "save_every": 0}})
 
 
 def step(args: argparse.Namespace) -> None:
@@ -130,18 +106,8 @@ def step(args: argparse.Namespace) -> None:
         work, runs = Path(tmp), iter(range(10**6))
 
         def one_run(backend: str) -> list[dict[str, Any]]:
-            root = work / f"{backend}-{next(runs)}"
-            job = root.with_suffix(".toml")
-            job.write_text(experiment_toml(root, backend, args))
-            done = subprocess.run(
-                [sys.executable, "-m", "hargo_hpc", "train", str(job)], capture_output=True,
-                text=True, env=dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-                                    XDG_CACHE_HOME=str(work / "cache")))  # not ~/.cache
-            if done.returncode != 0:
-                raise SystemExit(f"{backend} run failed (exit {done.returncode}):\n"
-                                 + "\n".join(done.stderr.splitlines()[-20:]))
-            lines = (root / backend / "metrics.jsonl").read_text().splitlines()
-            return [json.loads(line) for line in lines][1:]
+            name = f"{backend}-{next(runs)}"
+            return train(work, name, experiment_toml(work / name, backend, args))
 
         found = interleaved(SIDES, args.rounds, one_run)
     kept = {side: [r for run in runs for r in run] for side, runs in found.items()}

@@ -144,6 +144,19 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
+def check_request(prompts: Sequence[str], G: int, params: PromptParams,
+                  seeds: Sequence[int] | None) -> dict[SamplingParams, list[int]]:
+    """A `GenerationBackend.generate` call's arguments checked (ValueError, one line each);
+    returns `group_by_params(prompts, params)`."""
+    if not prompts or not all(isinstance(p, str) for p in prompts):
+        raise ValueError("prompts must be a non-empty list of strings")
+    if G < 1:
+        raise ValueError(f"G (completions per prompt) must be >= 1, got {G}")
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    return group_by_params(prompts, params)
+
+
 def group_by_params(prompts: Sequence[str], params: PromptParams
                     ) -> dict[SamplingParams, list[int]]:
     """The prompt indices of each distinct SamplingParams, in order of first appearance."""
@@ -376,13 +389,7 @@ class HFGenerateBackend:
         few tokens instead of running to a kernel's hundreds), under one gather (ZeRO-3), in
         order of first appearance; the rows come back in prompt order (`merge_generations`).
         `seeds`: one per prompt, each row its own stream (docs/rollout.md; `RowSampler`)."""
-        if not prompts or not all(isinstance(p, str) for p in prompts):
-            raise ValueError("prompts must be a non-empty list of strings")
-        if G < 1:
-            raise ValueError(f"G (completions per prompt) must be >= 1, got {G}")
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        groups = group_by_params(prompts, params)
+        groups = check_request(prompts, G, params, seeds)
         with self._gathered():
             parts = [(rows, self._generate(
                 prompts=[prompts[i] for i in rows], G=G, params=p,

@@ -26,10 +26,10 @@ from hargo_hpc.train.rollout.generate import (
     Generations,
     PromptParams,
     SamplingParams,
+    check_request,
     derive_seed,
     encode_prompts,
     finish_completion,
-    group_by_params,
     left_padded,
     right_padded,
 )
@@ -89,13 +89,7 @@ class VLLMBackend:
         prompt's params (budget, stop strings) and its own seed: `derive_seed(seeds[p], g)`,
         or, without `seeds`, `derive_seed(params.seed, row)` when the params carry a seed
         (the engine's own stream otherwise)."""
-        if not prompts or not all(isinstance(p, str) for p in prompts):
-            raise ValueError("prompts must be a non-empty list of strings")
-        if G < 1:
-            raise ValueError(f"G (completions per prompt) must be >= 1, got {G}")
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        group_by_params(prompts, params)  # checks them
+        check_request(prompts, G, params, seeds)
         per_prompt = ([params] * len(prompts) if isinstance(params, SamplingParams)
                       else list(params))
         encoded = encode_prompts(self.tokenizer, prompts, self.add_special_tokens,
