@@ -24,7 +24,7 @@ PROMPTS = [  # a yes/no answer, a short answer with a stop string, a kernel: thr
     "int main(void) {\n",
 ]
 BUDGETS = [SamplingParams(8, do_sample=False), SamplingParams(48, do_sample=False, stop=("\n\n",)),
-           SamplingParams(96, do_sample=False), SamplingParams(24, do_sample=False)]
+           SamplingParams(64, do_sample=False), SamplingParams(24, do_sample=False)]
 G = 2
 
 
