@@ -35,7 +35,7 @@ from hargo_hpc.train.backend import distributed
 from hargo_hpc.train.checkpoint_hf import HF
 from hargo_hpc.train.deadline import REASON as DEADLINE_REASON
 from hargo_hpc.train.deadline import Deadline, lead_advice
-from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams
+from hargo_hpc.train.rollout.generate import HFGenerateBackend, SamplingParams, eos_ids_of
 from hargo_hpc.train.run import (
     Data,
     DiscardWriter,
@@ -293,7 +293,8 @@ def rollout_backend(config: ExperimentConfig, engine: Any, tokenizer: Any) -> An
             str(directory), tokenizer, dtype=model.dtype, seed=config.run.seed,
             max_model_len=r.vllm_max_model_len or None,
             gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-            kv_cache_gib=r.vllm_kv_cache_gib, device=engine.device)
+            kv_cache_gib=r.vllm_kv_cache_gib, device=engine.device,
+            eos_token_ids=eos_ids_of(engine.module, tokenizer))  # as the HF backend ends rows
     except (VLLMUnavailable, ValueError) as err:
         raise TrainError(f"rollout.backend = \"vllm\": {err}") from None
     return Colocated(backend, engine)

@@ -372,7 +372,7 @@ class HFGenerateBackend:
         self.add_special_tokens = add_special_tokens
         self.synced_gpus = synced_gpus
         self.eos_ids = frozenset(eos_token_ids if eos_token_ids is not None
-                                 else _eos_ids(model, tokenizer))
+                                 else eos_ids_of(model, tokenizer))
         pad = tokenizer.pad_token_id
         if pad is None:
             if tokenizer.eos_token_id is None:
@@ -549,7 +549,7 @@ class _StopStrings(StoppingCriteria):
         return torch.tensor(self.ended, dtype=torch.bool, device=input_ids.device)
 
 
-def _eos_ids(model: nn.Module, tokenizer: Any) -> list[int]:
+def eos_ids_of(model: nn.Module, tokenizer: Any) -> list[int]:
     """EOS ids of the tokenizer and of the model's generation config (some list several)."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:

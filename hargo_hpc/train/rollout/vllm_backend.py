@@ -9,7 +9,7 @@ the engine's own stop rules (EOS, stop strings) only end the work early. Each ro
 its own seeded stream, like the HF backend's rows, though not the same stream: vLLM draws its
 own noise, so a seed gives the same completion again on this backend, not the HF one. After
 the trainer's weights change, `load_weights` pushes them (`weight_sync.push_weights`) and
-clears the prefix cache. docs/rollout.md, "The vLLM backend".
+clears the prefix cache. docs/rollout.md, "`VLLMBackend` and `rollout.backend = "vllm"`".
 """
 
 from __future__ import annotations
