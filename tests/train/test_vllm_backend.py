@@ -69,7 +69,7 @@ def backend(model_dir: Path, tokenizer: Any) -> Iterator[Any]:
     built = VLLMBackend(str(model_dir), tokenizer, dtype="float32", seed=0, max_model_len=512,
                         kv_cache_gib=0.5)
     yield built
-    del built.engine
+    built.close()
 
 
 def test_greedy_tokens_equal_hf_generate_for_mixed_budgets(
@@ -237,3 +237,33 @@ def test_zero3_over_two_ranks_pushes_gathered_weights_each_engine_generates_as_h
     summary_line(f"vLLM beside ZeRO-3 on two gloo ranks: rows equal to HF "
                  f"{sum(r['equal'] for r in ranks)}/{sum(r['rows'] for r in ranks)}, "
                  f"{time.monotonic() - started:.0f} s")
+
+
+def test_an_engine_dropped_without_close_leaves_the_trainers_process_group() -> None:
+    """vLLM's own shutdown, run when its engine is garbage-collected, destroyed torch's default
+    process group (the trainer's): the next DeepSpeed engine in the process was refused. The
+    backend's shutdown, at `close` or at collection, leaves that group alone."""
+    import gc
+
+    from transformers import AutoTokenizer
+
+    from hargo_hpc.train.model.models import tiny_dir
+    from hargo_hpc.train.rollout.vllm_backend import VLLMBackend
+
+    ensure_distributed()
+    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(tiny_dir()))
+    dropped = VLLMBackend(str(tiny_dir()), tokenizer, dtype="float32", seed=0,
+                          max_model_len=256, kv_cache_gib=0.05)
+    assert dropped.generate(["int x ="], 2, SamplingParams(4)).completion_ids.shape[0] == 2
+    del dropped
+    gc.collect()
+    assert torch.distributed.is_initialized()
+    build_engine(fresh_tiny(), zero_stage=2, micro_batch_size=1)  # the group still serves
+
+
+def fresh_tiny() -> Any:
+    from transformers import AutoModelForCausalLM
+
+    from hargo_hpc.train.model.models import tiny_dir
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir(), dtype=torch.float32)

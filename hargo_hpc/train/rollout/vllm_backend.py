@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from hargo_hpc.errors import HargoError
 from hargo_hpc.train.rollout.generate import (
     Generations,
     PromptParams,
@@ -41,7 +43,7 @@ ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_NO_USAGE_STATS": "1",
               "DO_NOT_TRACK": "1"}
 
 
-class VLLMUnavailable(RuntimeError):
+class VLLMUnavailable(HargoError, RuntimeError):
     """vLLM is not installed (or does not import) here; the message says how to get it."""
 
 
@@ -78,6 +80,7 @@ class VLLMBackend:
         self.engine = engine if engine is not None else build_engine(
             model_dir, dtype=dtype, seed=seed, max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib)
+        self._finalizer = _shutdown_on_collection(self, self.engine)
         self.sleeps = _sleep_mode(self.engine)
         self.max_model_len = int(self.engine.llm_engine.model_config.max_model_len)
 
@@ -119,22 +122,11 @@ class VLLMBackend:
         self.engine.reset_prefix_cache()
 
     def close(self) -> None:
-        """Shut the engine down now, leaving the trainer's process group alone: vLLM's own
-        shutdown (which also runs when the engine is garbage-collected) destroys torch's
+        """Shut the engine down now (idempotent; also when the backend is garbage-collected),
+        leaving the trainer's process group alone: vLLM's own shutdown destroys torch's
         default process group, the trainer's, which a later run in this process (or the
-        trainer's own teardown) still needs. Here only vLLM's groups go (`_keep_trainer_group`).
-        Idempotent."""
-        if self.engine is None:
-            return
-        from vllm.v1.engine import core
-
-        saved = core.cleanup_dist_env_and_memory
-        core.cleanup_dist_env_and_memory = _keep_trainer_group
-        try:
-            self.engine.llm_engine.engine_core.shutdown()
-        finally:
-            core.cleanup_dist_env_and_memory = saved
-            self.engine = None
+        trainer's own teardown) still needs. Only vLLM's groups go (`_keep_trainer_group`)."""
+        self._finalizer()
 
     def sleep(self) -> None:
         """Give the engine's GPU memory back for the update (weights offloaded, KV cache
@@ -232,6 +224,32 @@ def _process_left_alone() -> Iterator[None]:
         np.random.set_state(numpy_state)
         torch.set_num_threads = set_threads
         torch.set_num_threads(threads)
+
+
+def _shutdown_on_collection(backend: VLLMBackend, engine: Any) -> weakref.finalize:
+    """A finalizer that shuts `engine` down as `_shutdown` does, once: at `close`, or when
+    `backend` is collected. vLLM's own finalizer (its in-process client's, which would
+    destroy the trainer's process group at collection) is detached. An engine a test made
+    (no in-process client) gets a finalizer that does nothing."""
+    client = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+    core = getattr(client, "engine_core", None)
+    finalizer = getattr(client, "_finalizer", None)
+    if core is None or finalizer is None:
+        return weakref.finalize(backend, lambda: None)
+    finalizer.detach()
+    return weakref.finalize(backend, _shutdown, core)
+
+
+def _shutdown(core: Any) -> None:
+    """vLLM's `EngineCore.shutdown` with `_keep_trainer_group` for its distributed cleanup."""
+    from vllm.v1.engine import core as engine_core
+
+    saved = engine_core.cleanup_dist_env_and_memory
+    engine_core.cleanup_dist_env_and_memory = _keep_trainer_group
+    try:
+        core.shutdown()
+    finally:
+        engine_core.cleanup_dist_env_and_memory = saved
 
 
 def _keep_trainer_group(shutdown_ray: bool = False) -> None:
