@@ -1,3 +1,3 @@
-from hargo_hpc.cli import main
+from hargo_hpc.cli import run
 
-main()
+run()

@@ -4,6 +4,8 @@ the library and formatting its output; this module only mounts them.
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from hargo_hpc import __version__
@@ -35,3 +37,16 @@ def main() -> None:
 for each in (submit, render, status, logs, cancel, train, sft, sqd, config, bench, worker,
                 handoff, init, data, eval_group, report, doctor):
     main.add_command(each)
+
+
+def run() -> None:
+    """The `hargo` program: `main`, ended by `distributed.end_process` where a command ran as a
+    rank of a process group (train, sft), so that the group's threads cannot abort it."""
+    try:
+        main()
+    except SystemExit as done:
+        if "torch.distributed" in sys.modules:  # only a command that loaded torch
+            from hargo_hpc.train.backend.distributed import end_process
+
+            end_process(done.code)
+        raise

@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,54 @@ def test_helpers_with_one_process() -> None:
     assert distributed.broadcast_object("x") == "x"
     assert distributed.is_main() and distributed.rank() == 0 and distributed.world_size() == 1
     distributed.barrier()
+
+
+# A process that held a process group: the group's threads outlive `teardown` while a library
+# keeps the group (DeepSpeed does), and `end_process` ends it as `sys.exit` would, minus the
+# interpreter's finalization (an object's __del__ there would write FINALIZED).
+ENDING = """
+import atexit, os, sys, threading, time
+from pathlib import Path
+import torch.distributed as dist
+from hargo_hpc.train.backend import distributed
+
+out = Path(sys.argv[1])
+if sys.argv[2] == "group":
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(distributed.free_port()))
+    distributed.init(distributed.DistEnv(0, 1, 0, "127.0.0.1", 0, "single"), backend="gloo")
+    KEPT = dist.group.WORLD
+    distributed.barrier()
+    distributed.teardown()
+print("threads", distributed.group_threads())
+
+class Finalized:
+    def __init__(self):  # what __del__ needs, held here: module globals may be gone by then
+        self.open, self.path = open, str(out / "FINALIZED")
+
+    def __del__(self):
+        self.open(self.path, "w").close()
+
+SEEN = Finalized()
+atexit.register(lambda: (out / "ATEXIT").write_text(""))
+threading.Thread(target=lambda: (time.sleep(0.3), (out / "THREAD").write_text(""))).start()
+print("buffered, not flushed")
+distributed.end_process(7)
+print("returned")
+"""
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_end_process_skips_only_the_finalization_where_group_threads_run(
+        tmp_path: Path, group: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", ENDING, str(tmp_path),
+                           "group" if group else "none"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONUNBUFFERED": ""})
+    assert ("threads []" in done.stdout) is not group, done.stdout + done.stderr
+    assert "buffered, not flushed" in done.stdout, done.stderr
+    assert (tmp_path / "ATEXIT").is_file() and (tmp_path / "THREAD").is_file()
+    if group:  # ended in end_process: its status, no finalization
+        assert done.returncode == 7 and "returned" not in done.stdout, done.stderr
+        assert not (tmp_path / "FINALIZED").exists()
+    else:  # no group threads: it returned, the process ended as usual
+        assert done.returncode == 0 and "returned" in done.stdout, done.stderr
+        assert (tmp_path / "FINALIZED").is_file()

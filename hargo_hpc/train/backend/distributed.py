@@ -3,16 +3,20 @@ and how ranks agree.
 
 `detect` reads the standard variables (torchrun, the deepspeed launcher), else Slurm's (srun,
 submitit), else takes one process on a free local port; `init` / `teardown` create and end the
-process group; the gather helpers give every rank everyone's values in rank order, so all
-compute the same batch statistics. The rules and why: docs/engine.md, "Where a process sits".
+process group, `end_process` ends a process whose group's threads outlive it; the gather
+helpers give every rank everyone's values in rank order, so all compute the same batch
+statistics. The rules and why: docs/engine.md, "Where a process sits".
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import os
 import socket
+import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -229,6 +233,51 @@ def teardown() -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+# How torch's process groups name their worker threads (gloo's loops, NCCL's watchdog).
+GROUP_THREAD_PREFIXES = ("pt_gloo", "gloo_", "pt_nccl")
+
+
+def group_threads() -> list[str]:
+    """The names of this process's threads that serve torch's process groups, from Linux's
+    /proc (none elsewhere)."""
+    names = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+    return [name for name in names if name.startswith(GROUP_THREAD_PREFIXES)]
+
+
+def end_process(status: int | str | None) -> None:
+    """End the process with `status` (as `sys.exit` takes it) without Python's finalization
+    while threads of a process group still run; return otherwise (the caller exits as usual).
+
+    `destroy_process_group` leaves a group's threads running while anything still holds the
+    group: DeepSpeed does (a module global, and engines that its gradient hooks keep alive
+    until finalization). A group thread that takes the GIL while the interpreter finalizes is
+    ended by `pthread_exit` through a C++ frame that may not unwind, and the process aborts
+    ("terminate called without an active exception", status -6) after a run that succeeded:
+    one rank of a four-rank Slurm job in the suite did. The ordinary end's own steps are
+    kept: non-daemon threads joined, atexit handlers run, the standard streams flushed."""
+    if not group_threads():
+        return
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    if status is None:
+        code = 0
+    elif isinstance(status, int):
+        code = status
+    else:
+        print(status, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _active() -> bool:
