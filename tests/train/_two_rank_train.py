@@ -200,3 +200,6 @@ def main(out: Path, runs: list[str]) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), sys.argv[2:])
+    from hargo_hpc.train.backend.distributed import end_process
+
+    end_process(0)  # as hargo's ranks end (a group's threads may outlive the run)

@@ -45,3 +45,6 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    from hargo_hpc.train.backend.distributed import end_process
+
+    end_process(0)  # as hargo's ranks end (a group's threads may outlive the run)
