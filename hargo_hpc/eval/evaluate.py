@@ -26,6 +26,7 @@ from hargo_hpc.runs import RunLayout
 from hargo_hpc.tasks.base import DataError, Example, Task
 from hargo_hpc.tasks.registry import task_class, task_names
 from hargo_hpc.train.checkpoint_hf import checkpoint_of, hf_of_checkpoint
+from hargo_hpc.train.model.hub import BUILT_IN
 
 if TYPE_CHECKING:
     from hargo_hpc.eval.compare import UnitMetrics
@@ -113,7 +114,7 @@ def resolve_target(path_or_name: str, *, out: str | None = None,
         return Target(str(model), config, Path(out) if out else default_out, run_dir=run_dir,
                       baseline=config.model.path, method=config.algorithm.name,
                       seed=config.run.seed)
-    if path_or_name in ("tiny", "smollm2") or is_model_dir(path):
+    if path_or_name in BUILT_IN or is_model_dir(path):
         names = list(tasks or text_tasks())
         config = validate_config({"data": {"tasks": [{"name": n} for n in names],
                                            "eval_fraction": DEFAULT_EVAL_FRACTION}})
@@ -145,7 +146,7 @@ def baseline_target(path_or_name: str, evaluated: Target) -> str:
             raise EvalError(f"--baseline {path}: its run has no task {missing[0]!r}; a "
                             "baseline is scored on the same examples")
         return str(run_export(path))
-    if path_or_name in ("tiny", "smollm2") or is_model_dir(path):
+    if path_or_name in BUILT_IN or is_model_dir(path):
         return path_or_name
     raise EvalError(f"--baseline {path_or_name}: neither a run directory nor a model directory")
 

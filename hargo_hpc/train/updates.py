@@ -84,6 +84,11 @@ class MicroBatch:
     is_weights: Tensor | None = None
 
 
+def completion_lengths(batch: UpdateBatch) -> Tensor:
+    """Each row's completion length in tokens (its real tokens after `completion_start`)."""
+    return batch.attention_mask[:, batch.completion_start:].sum(dim=-1)
+
+
 def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
     """Rows `rows` of `batch`, every per-token tensor cut after the rows' longest completion:
     the columns beyond it are padding in each of these rows (a causal model's logits of the
@@ -91,7 +96,7 @@ def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
     its own rows need, a micro-batch of yes/no answers not a kernel's width. Exact."""
     index = torch.tensor(list(rows), dtype=torch.long, device=batch.input_ids.device)
     start = batch.completion_start
-    longest = int(batch.attention_mask[index, start:].sum(dim=-1).max().item()) if rows else 0
+    longest = int(completion_lengths(batch)[index].max().item()) if rows else 0
     width = max(1, longest)
 
     def tokens(t: Tensor | None) -> Tensor | None:
@@ -119,7 +124,7 @@ def plan_by_length(batch: UpdateBatch, opt_steps: int, accum: int) -> list[list[
     cuts each to its own width. The optimizer steps keep their rows, and a step's loss has the
     step's denominators whatever its micro-batches (`Engine.backward`): only the order of the
     floating-point sums changes."""
-    lengths = batch.attention_mask[:, batch.completion_start:].sum(dim=-1).tolist()
+    lengths = completion_lengths(batch).tolist()
     steps = split(list(range(len(lengths))), opt_steps)
     return [split(sorted(rows, key=lambda i: -lengths[i]), accum) for rows in steps]
 

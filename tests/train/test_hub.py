@@ -18,8 +18,8 @@ from hargo_hpc.config import load_config
 from hargo_hpc.examples import example_jobs
 from hargo_hpc.slurm.submission import plan_submission
 from hargo_hpc.train.backend.distributed import STANDARD
-from hargo_hpc.train.model.hub import HubError, is_hub_id, resolve_model
-from hargo_hpc.train.model.models import tiny_dir
+from hargo_hpc.train.model.hub import BUILT_IN, HubError, is_hub_id, resolve_model
+from hargo_hpc.train.model.models import BUILT_IN_DIR, tiny_dir
 
 REPO = "hpc-lab/tiny-coder"
 COMMITS = {"main": "a" * 40, "v1": "b" * 40}
@@ -44,7 +44,8 @@ def tiny_toml() -> Path:
 
 def test_a_hub_id_is_told_from_a_path_and_the_built_in_models(tmp_path: Path) -> None:
     assert is_hub_id("Qwen/Qwen2.5-Coder-0.5B-Instruct") and is_hub_id(REPO)
-    for not_an_id in ("tiny", "smollm2", "/models/qwen", "./qwen", "~/m/q", "model.gguf",
+    assert tuple(BUILT_IN_DIR) == BUILT_IN  # the names hub ids are told from, each with its dir
+    for not_an_id in (*BUILT_IN, "/models/qwen", "./qwen", "~/m/q", "model.gguf",
                       "a/b/c", "qwen"):
         assert not is_hub_id(not_an_id), not_an_id
     (tmp_path / "owner" / "name").mkdir(parents=True)

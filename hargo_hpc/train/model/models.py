@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -344,14 +344,18 @@ def _dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+# The built-in models by name: where each one's HF directory is (built or unpacked on first use).
+BUILT_IN_DIR: dict[str, Callable[[Path | str | None], Path]] = {"tiny": tiny_dir,
+                                                                 "smollm2": smollm2_dir}
+
+
 def _load_base(path: str, dtype: str, trust_remote_code: bool,
                cache_dir: Path | str | None, revision: str | None = None) -> tuple[Any, Any]:
     torch_dtype = _dtype(dtype)
     path = resolve_model(path, revision)  # a hub id: its snapshot in the HF cache
-    if path == "tiny":
-        return _load_dir(tiny_dir(cache_dir), torch_dtype, False, fast_tokenizer=True)
-    if path == "smollm2":
-        return _load_dir(smollm2_dir(cache_dir), torch_dtype, False)
+    if path in BUILT_IN_DIR:
+        return _load_dir(BUILT_IN_DIR[path](cache_dir), torch_dtype, False,
+                         fast_tokenizer=path == "tiny")
     target = Path(path).expanduser()
     if target.is_file() and target.suffix == ".gguf":
         return _load_gguf(target, torch_dtype)
@@ -370,10 +374,8 @@ def model_directory(path: str, cache_dir: Path | str | None = None,
     a hub id's snapshot, or the directory itself; ValueError for anything else (a .gguf file
     has no such directory: point model.path at a converted one)."""
     path = resolve_model(path, revision)
-    if path == "tiny":
-        return tiny_dir(cache_dir)
-    if path == "smollm2":
-        return smollm2_dir(cache_dir)
+    if path in BUILT_IN_DIR:
+        return BUILT_IN_DIR[path](cache_dir)
     target = Path(path).expanduser()
     if not target.is_dir():
         raise ValueError(f"model path {path}: not an HF checkpoint directory (an engine "

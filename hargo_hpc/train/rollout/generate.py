@@ -366,7 +366,7 @@ class HFGenerateBackend:
         add_special_tokens: bool = False,
         synced_gpus: bool | None = None,
     ) -> None:
-        self.model = _unwrap(model)
+        self.model = generating_model(model)
         self.tokenizer = tokenizer
         self.gather = gather
         self.add_special_tokens = add_special_tokens
@@ -563,7 +563,7 @@ def eos_ids_of(model: nn.Module, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
+def generating_model(model: nn.Module) -> nn.Module:
     """The module under wrappers that have no `generate` of their own (a DeepSpeed engine, DDP):
     generation runs on the HF (or PEFT) model itself."""
     while not hasattr(type(model), "generate") and isinstance(getattr(model, "module", None),

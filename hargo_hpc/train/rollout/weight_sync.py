@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hargo_hpc.train.rollout.generate import generating_model
+
 # Gathers a list of parameters whole for a `with` (ZeRO-3: deepspeed.zero.GatheredParameters).
 Gather = Callable[[list[nn.Parameter]], AbstractContextManager[Any]]
 PEFT_PREFIX = "base_model.model."
@@ -37,7 +39,7 @@ def full_weights(model: nn.Module, gather: Gather | None = None
     computed out of place by PEFT's `get_delta_weight` (the trainer's W is not touched, so no
     merge-unmerge round-off accumulates in it), and not its adapter matrices. Each tensor is a
     copy valid after the gather is released."""
-    model = _unwrap(model)
+    model = generating_model(model)  # the model generation runs on, as HF's backend
     gather = gather or _no_gather
     taken: set[str] = set()
     seen: set[int] = set()  # a tied weight (embeddings and LM head) once, under its first name
@@ -82,12 +84,6 @@ def _hf_name(name: str) -> str:
 @contextlib.contextmanager
 def _no_gather(params: list[nn.Parameter]) -> Iterator[None]:
     yield
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    while isinstance(getattr(model, "module", None), nn.Module):
-        model = model.module
-    return model
 
 
 @torch.no_grad()
