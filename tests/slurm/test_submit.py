@@ -572,24 +572,24 @@ def test_split_array_covers_every_task_once() -> None:
 @pytest.mark.slurm
 def test_an_array_larger_than_max_array_size_goes_out_in_parts(
         slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(submitter, "max_array_size", lambda: 3)  # as if MaxArraySize were 3
+    monkeypatch.setattr(submitter, "max_array_size", lambda: 2)  # as if MaxArraySize were 2
     done = invoke("submit", str(TINY), f"run.dir={tmp_path}", *SMALL, "training.steps=1",
-                  'sweep={"run.seed"=[0, 1, 2, 3]}', "--wait")
+                  'sweep={"run.seed"=[0, 1, 2]}', "--wait")
     assert done.exit_code == 0, done.stderr
     manifest = load_manifest(tmp_path / "tiny")
     train, evaluation = manifest.job("train"), manifest.job("eval")
-    assert [(first, count) for _, first, count in train.parts] == [(0, 3), (3, 1)]
-    # its first part (3 tasks) pairs with training's first, task by task
+    assert [(first, count) for _, first, count in train.parts] == [(0, 2), (2, 1)]
+    # its first part (2 tasks) pairs with training's first, task by task
     assert evaluation.dependency == f"aftercorr:{train.ids()[0]}"
     assert manifest.job("report").dependency == "afterok:" + ":".join(evaluation.ids())
-    # task 3 (the second part, a plain job of one task) trained the fourth run
-    for seed in range(4):
+    # task 2 (the second part, a plain job of one task) trained the third run
+    for seed in range(3):
         run_dir = tmp_path / "tiny" / f"seed-{seed}"
         assert load_config(run_dir / "config.toml").run.seed == seed
         assert (run_dir / "finished.json").is_file() and (run_dir / "eval").is_dir()
     shown = status(manifest)
-    assert [run.state for run in shown.runs] == ["COMPLETED"] * 4
-    log = log_path(manifest, train, 3)  # the second part's own id
+    assert [run.state for run in shown.runs] == ["COMPLETED"] * 3
+    log = log_path(manifest, train, 2)  # the second part's own id
     assert log.name == f"{train.parts[1][0]}_0_log.out" and log.is_file()
     assert log_path(manifest, train, 1).name == f"{train.parts[0][0]}_1_0_log.out"
 
