@@ -144,7 +144,13 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
     the completion's logits 2·m·S_c·V·b + 8·S_c·V (the model's, kept for the log-softmax's
     backward, and their gradient; one row's fp32 logits and softmax at a time:
     `logprobs.TakenLogprobs`); step: torch's AdamW (foreach) holds two fp32
-    temporaries the size of its parameters, 8·N, / W for z ≥ 1."""
+    temporaries the size of its parameters, 8·N, / W for z ≥ 1.
+
+    With rollout.backend "vllm" the engine generates instead: its share u·M of the GPU
+    (u = rollout.vllm_gpu_memory_utilization of M = slurm.train.gpu_memory_gib; 0 where M is
+    not set) holds its weights and KV cache in generation (asleep otherwise), no HF KV cache,
+    and under z = 3 the weight push gathers one module at a time, at most the embeddings
+    V·h·b."""
     t, r, model = config.training, config.rollout, config.model
     res = config.slurm.train
     ranks = res.nodes * res.ntasks_per_node
@@ -160,6 +166,9 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
     m = t.micro_batch_size
     master = 4 if b < 4 else 0
     reference = {"policy": n * b, "cpu": 0.0, "sharded": n * b / ranks}[model.reference_device]
+    vllm = r.backend == "vllm"
+    engine = r.vllm_gpu_memory_utilization * (res.gpu_memory_gib or 0.0) * GIB if vllm else 0.0
+    gathered = (V * h * b if vllm else n * b) if z == 3 else 0.0
     if model.gradient_checkpointing:
         activations = m * tokens * b * (L * h + 6 * h + 2 * k * d + 4 * i)
     else:
@@ -174,10 +183,13 @@ def memory_plan(config: ExperimentConfig, arch: Architecture,
                   "training.zero_stage >= 2"),
         Component("reference", "always", reference if needs_reference else 0.0,
                   'model.reference_device = "sharded" (ZeRO-3) or "cpu"'),
-        Component("gathered weights", "generation", n * b if z == 3 else 0.0,
+        Component("gathered weights", "generation", gathered,
                   "fewer parameters per rank cannot help: the whole policy generates"),
-        Component("KV cache", "generation", 2 * L * k * d * tokens * rows * b,
+        Component("KV cache", "generation", 0.0 if vllm else 2 * L * k * d * tokens * rows * b,
                   "rollout.prompts_per_step, or more ranks"),
+        Component("vLLM engine", "generation", engine,
+                  "a smaller rollout.vllm_gpu_memory_utilization (its share of "
+                  "slurm.train.gpu_memory_gib)"),
         Component("activations", "update", activations,
                   "model.gradient_checkpointing = true, or a smaller training.micro_batch_size"),
         Component("logits", "update", 2 * m * completion * V * b + 8 * completion * V,
@@ -219,7 +231,9 @@ def host_plan(config: ExperimentConfig, arch: Architecture,
     the policy at load N·b on each of the node's T ranks, once a node when it loads
     partitioned (`loads_partitioned`; transformers 5 reads it on rank 0 only, so other nodes
     hold none); the reference at load the same (partitioned only when "sharded"), T·N·b kept
-    with reference_device "cpu"; the offloaded optimizer (8 + 4·[b < 4])·N / W on each rank."""
+    with reference_device "cpu"; the offloaded optimizer (8 + 4·[b < 4])·N / W on each rank;
+    a vLLM engine's weights while it sleeps (rollout.backend "vllm": its sleep moves them to
+    the host) N·b on each rank."""
     t, model = config.training, config.model
     res = config.slurm.train
     ranks, per_node = res.nodes * res.ntasks_per_node, res.ntasks_per_node
@@ -240,6 +254,9 @@ def host_plan(config: ExperimentConfig, arch: Architecture,
         Component("offloaded optimizer", "always",
                   per_node * (8 + master) * n / ranks if t.offload_optimizer else 0.0,
                   "training.offload_optimizer = false, or more nodes"),
+        Component("vLLM asleep", "always",
+                  per_node * n * b if config.rollout.backend == "vllm" else 0.0,
+                  'rollout.backend = "hf", or fewer ranks a node'),
     )
 
 

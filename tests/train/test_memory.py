@@ -139,13 +139,15 @@ def test_host_memory_a_node_is_its_formula_and_refused_over_slurm_mem(tmp_path: 
 
     sharded = host()  # the shipped settings: ZeRO-3, bf16, a sharded reference
     assert sharded == {"policy at load": 2 * n, "reference at load": 2 * n,
-                       "reference on host": 0, "offloaded optimizer": 0}
+                       "reference on host": 0, "offloaded optimizer": 0, "vLLM asleep": 0}
     on_policy = host("model.reference_device=policy")
     assert on_policy["policy at load"] == 2 * n and on_policy["reference at load"] == 8 * 2 * n
     zero2 = host("training.zero_stage=2", "model.reference_device=cpu",
                  "training.offload_optimizer=true")
     assert zero2 == {"policy at load": 8 * 2 * n, "reference at load": 0,
-                     "reference on host": 8 * 2 * n, "offloaded optimizer": 8 * 12 * n / 16}
+                     "reference on host": 8 * 2 * n, "offloaded optimizer": 8 * 12 * n / 16,
+                     "vLLM asleep": 0}
+    assert host('rollout.backend="vllm"')["vLLM asleep"] == 8 * 2 * n  # its weights, bf16
     config = load_config(JOBS / "hpcgpt_mix.toml", [
         *base, "training.zero_stage=2", "model.reference_device=cpu", "slurm.train.mem=200G"])
     said = host_refusal(host_plan(config, architecture_from(QWEN_7B), True), "200G")
@@ -154,6 +156,32 @@ def test_host_memory_a_node_is_its_formula_and_refused_over_slurm_mem(tmp_path: 
     with pytest.raises(ConfigError, match=r"of host memory a node, over slurm\.train\.mem"):
         check_memory(config, "job")
     check_memory(load_config(JOBS / "hpcgpt_mix.toml", base), "job")  # the shipped: fits
+
+
+def test_a_vllm_engine_takes_its_share_of_the_gpu_in_generation(tmp_path: Path) -> None:
+    """rollout.backend "vllm": the engine's u·M in generation instead of HF's KV cache, the
+    ZeRO-3 push gathering at most the embeddings; refused when that share does not fit."""
+    path = model_dir(tmp_path, QWEN_7B, "q7")
+    arch = architecture_from(QWEN_7B)
+    shipped = [f"model.path={path}", "slurm.train.gpu_memory_gib=79"]
+
+    def plan(*overrides: str) -> dict[str, float]:
+        config = load_config(JOBS / "hpcgpt_mix.toml", [*shipped, *overrides])
+        return {c.name: c.bytes for c in memory_plan(config, arch, True).components}
+
+    hf, vllm = plan(), plan('rollout.backend="vllm"', "rollout.vllm_gpu_memory_utilization=0.3")
+    assert hf["vLLM engine"] == 0 and hf["KV cache"] > 0
+    assert hf["gathered weights"] == 2 * arch.params  # the whole policy, bf16
+    assert vllm["vLLM engine"] == 0.3 * 79 * GIB and vllm["KV cache"] == 0
+    assert vllm["gathered weights"] == arch.vocab * arch.hidden * 2  # the embeddings, bf16
+    assert {k: v for k, v in vllm.items() if k not in ("vLLM engine", "KV cache",
+                                                       "gathered weights")} == {
+        k: v for k, v in hf.items() if k not in ("vLLM engine", "KV cache", "gathered weights")}
+    greedy = load_config(JOBS / "hpcgpt_mix.toml", [
+        *shipped, 'rollout.backend="vllm"', "rollout.vllm_gpu_memory_utilization=0.9"])
+    with pytest.raises(ConfigError, match=r"biggest part is vLLM engine .*"
+                                          r"rollout\.vllm_gpu_memory_utilization"):
+        check_memory(greedy, "job")
 
 
 def test_a_model_without_a_readable_shape_is_one_line(tmp_path: Path) -> None:
