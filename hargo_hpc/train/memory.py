@@ -232,8 +232,8 @@ def host_plan(config: ExperimentConfig, arch: Architecture,
     partitioned (`loads_partitioned`; transformers 5 reads it on rank 0 only, so other nodes
     hold none); the reference at load the same (partitioned only when "sharded"), T·N·b kept
     with reference_device "cpu"; the offloaded optimizer (8 + 4·[b < 4])·N / W on each rank;
-    a vLLM engine's weights while it sleeps (rollout.backend "vllm": its sleep moves them to
-    the host) N·b on each rank."""
+    a vLLM engine's copy of the weights (rollout.backend "vllm") N·b on each rank: on a GPU
+    its sleep moves them to the host, on a CPU it holds them there."""
     t, model = config.training, config.model
     res = config.slurm.train
     ranks, per_node = res.nodes * res.ntasks_per_node, res.ntasks_per_node
@@ -254,7 +254,7 @@ def host_plan(config: ExperimentConfig, arch: Architecture,
         Component("offloaded optimizer", "always",
                   per_node * (8 + master) * n / ranks if t.offload_optimizer else 0.0,
                   "training.offload_optimizer = false, or more nodes"),
-        Component("vLLM asleep", "always",
+        Component("vLLM weights", "always",
                   per_node * n * b if config.rollout.backend == "vllm" else 0.0,
                   'rollout.backend = "hf", or fewer ranks a node'),
     )

@@ -139,15 +139,15 @@ def test_host_memory_a_node_is_its_formula_and_refused_over_slurm_mem(tmp_path: 
 
     sharded = host()  # the shipped settings: ZeRO-3, bf16, a sharded reference
     assert sharded == {"policy at load": 2 * n, "reference at load": 2 * n,
-                       "reference on host": 0, "offloaded optimizer": 0, "vLLM asleep": 0}
+                       "reference on host": 0, "offloaded optimizer": 0, "vLLM weights": 0}
     on_policy = host("model.reference_device=policy")
     assert on_policy["policy at load"] == 2 * n and on_policy["reference at load"] == 8 * 2 * n
     zero2 = host("training.zero_stage=2", "model.reference_device=cpu",
                  "training.offload_optimizer=true")
     assert zero2 == {"policy at load": 8 * 2 * n, "reference at load": 0,
                      "reference on host": 8 * 2 * n, "offloaded optimizer": 8 * 12 * n / 16,
-                     "vLLM asleep": 0}
-    assert host('rollout.backend="vllm"')["vLLM asleep"] == 8 * 2 * n  # its weights, bf16
+                     "vLLM weights": 0}
+    assert host('rollout.backend="vllm"')["vLLM weights"] == 8 * 2 * n  # its weights, bf16
     config = load_config(JOBS / "hpcgpt_mix.toml", [
         *base, "training.zero_stage=2", "model.reference_device=cpu", "slurm.train.mem=200G"])
     said = host_refusal(host_plan(config, architecture_from(QWEN_7B), True), "200G")
