@@ -23,11 +23,20 @@ def interleaved(sides: Sequence[str], repeats: int, run: Callable[[str], T]) -> 
 
 def report(found: dict[str, list[float]], label: str = "", unit: str = "MiB",
            sign: str = "+") -> None:
-    """One line a side (median and range), then the last side's median over the first's."""
+    """One line a side (median and range), then the last side's median over the first's (not
+    where the first's is 0: a phase only one side has)."""
     for side, values in found.items():
-        print(f"  {label}{side:<6} {sign}{statistics.median(values):.0f} {unit} "
-              f"(range {min(values):.0f}-{max(values):.0f})")
+        print(f"  {label}{side:<6} {sign}{_figure(statistics.median(values))} {unit} "
+              f"(range {_figure(min(values))}-{_figure(max(values))})")
     sides = list(found)
     first, last = sides[0], sides[-1]
-    ratio = statistics.median(found[last]) / statistics.median(found[first])
-    print(f"  {label}{last} / {first}: {ratio:.2f}x")
+    base = statistics.median(found[first])
+    if abs(base) < 1e-6:
+        print(f"  {label}{last} / {first}: not defined ({first}'s median is 0)")
+        return
+    print(f"  {label}{last} / {first}: {statistics.median(found[last]) / base:.2f}x")
+
+
+def _figure(value: float) -> str:
+    """Whole numbers from 10 on, two significant digits below (a phase of 0.3 s is not 0)."""
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
