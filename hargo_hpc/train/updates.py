@@ -84,9 +84,11 @@ class MicroBatch:
     is_weights: Tensor | None = None
 
 
-def completion_lengths(batch: UpdateBatch) -> Tensor:
-    """Each row's completion length in tokens (its real tokens after `completion_start`)."""
-    return batch.attention_mask[:, batch.completion_start:].sum(dim=-1)
+def completion_lengths(batch: UpdateBatch, index: Tensor | None = None) -> Tensor:
+    """Each row's completion length in tokens (its real tokens after `completion_start`): of
+    every row, or of the rows `index` picks."""
+    mask = batch.attention_mask if index is None else batch.attention_mask[index]
+    return mask[:, batch.completion_start:].sum(dim=-1)
 
 
 def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
@@ -96,7 +98,7 @@ def micro_batch(batch: UpdateBatch, rows: Sequence[int]) -> MicroBatch:
     its own rows need, a micro-batch of yes/no answers not a kernel's width. Exact."""
     index = torch.tensor(list(rows), dtype=torch.long, device=batch.input_ids.device)
     start = batch.completion_start
-    longest = int(completion_lengths(batch)[index].max().item()) if rows else 0
+    longest = int(completion_lengths(batch, index).max().item()) if rows else 0
     width = max(1, longest)
 
     def tokens(t: Tensor | None) -> Tensor | None:

@@ -260,12 +260,5 @@ def test_an_engine_dropped_without_close_leaves_the_trainers_process_group() -> 
     del dropped
     gc.collect()
     assert torch.distributed.is_initialized()
-    build_engine(fresh_tiny(), zero_stage=2, micro_batch_size=1)  # the group still serves
+    build_engine(fresh_policy(tiny_dir()), zero_stage=2, micro_batch_size=1)  # the group serves
 
-
-def fresh_tiny() -> Any:
-    from transformers import AutoModelForCausalLM
-
-    from hargo_hpc.train.model.models import tiny_dir
-
-    return AutoModelForCausalLM.from_pretrained(tiny_dir(), dtype=torch.float32)
